@@ -1,0 +1,131 @@
+"""NVRTC: turn rendered CUDA C into a cubin for one architecture. No driver, no GPU needed."""
+from __future__ import annotations
+
+import functools
+import re
+import time
+from dataclasses import dataclass
+
+from .errors import CompileError
+
+_ERROR_AT = re.compile(r'^"?([^"\s(]+\.jinja)"?\((\d+)\): (error|catastrophic error)', re.M)
+_RESOURCES = re.compile(r"Used (\d+) registers")
+_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+_OPT_FLAGS = {
+    "O0": ("--ptxas-options=-O0",),
+    "O1": ("--ptxas-options=-O1",),
+    "O2": ("--ptxas-options=-O2",),
+    "O3": ("--ptxas-options=-O3", "--extra-device-vectorization"),
+}
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """What NVRTC is told, besides the source. `flags()` is part of the cache key."""
+    arch: str
+    optimization_level: str = "O3"
+    max_registers: int = 0
+    debug: bool = False
+
+    def flags(self) -> tuple[str, ...]:
+        flags = [f"--gpu-architecture={self.arch}", "--std=c++17", "--ptxas-options=-v",
+                 *_OPT_FLAGS[self.optimization_level]]
+        if self.max_registers:
+            flags.append(f"--maxrregcount={self.max_registers}")
+        if self.debug:
+            flags.append("-lineinfo")
+        return tuple(flags)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A cubin with NVRTC's log and the resource figures ptxas reported."""
+    cubin: bytes
+    log: str
+    seconds: float
+
+    @property
+    def registers(self) -> int | None:
+        m = _RESOURCES.search(self.log)
+        return int(m.group(1)) if m else None
+
+    @property
+    def spill_bytes(self) -> int:
+        return sum(int(a) + int(b) for a, b in _SPILLS.findall(self.log))
+
+    @property
+    def shared_bytes(self) -> int | None:
+        m = _SMEM.search(self.log)
+        return int(m.group(1)) if m else None
+
+
+def _nvrtc():
+    from cuda.bindings import nvrtc
+    return nvrtc
+
+
+def _check(result: tuple, what: str):
+    err = result[0]
+    if int(err) != 0:
+        name = getattr(err, "name", str(err))
+        raise CompileError(f"NVRTC {what} failed: {name}")
+    return result[1] if len(result) == 2 else result[1:]
+
+
+@functools.cache
+def nvrtc_version() -> str:
+    """'13.5': part of every cache key, since another NVRTC may emit another cubin."""
+    major, minor = _check(_nvrtc().nvrtcVersion(), "nvrtcVersion")
+    return f"{major}.{minor}"
+
+
+@functools.cache
+def supported_archs() -> tuple[str, ...]:
+    """Real architectures this NVRTC can target, e.g. ('sm_75', ..., 'sm_90', 'sm_90a', ...)."""
+    nv = _nvrtc()
+    n = _check(nv.nvrtcGetNumSupportedArchs(), "nvrtcGetNumSupportedArchs")
+    archs = _check(nv.nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs") if n else []
+    out = [f"sm_{a}" for a in archs]
+    out += [f"sm_{a}a" for a in archs if a >= 90]
+    return tuple(sorted(out, key=lambda s: (int(s[3:].rstrip("a")), s)))
+
+
+def _excerpt(log: str, template_lines) -> str:
+    m = _ERROR_AT.search(log)
+    if not m:
+        return ""
+    name, line = m.group(1), int(m.group(2))
+    lines = template_lines(name)
+    lo, hi = max(1, line - 3), min(len(lines), line + 3)
+    body = "\n".join(f"{'>' if n == line else ' '} {n:5d} | {lines[n - 1]}" for n in range(lo, hi + 1))
+    return f"\n{name}, lines {lo}-{hi}:\n{body}"
+
+
+def compile_cubin(source: str, name: str, options: CompileOptions, *, params: dict | None = None,
+                  template_lines=None) -> Compiled:
+    """Compile `source` to a cubin; CompileError carries the log, an excerpt of the template and the params."""
+    nv = _nvrtc()
+    start = time.perf_counter()
+    flags = options.flags()
+    prog = _check(nv.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []), "nvrtcCreateProgram")
+    try:
+        result = nv.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
+        size = _check(nv.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+        buf = b" " * size
+        _check(nv.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
+        log = buf.rstrip(b"\x00 ").decode(errors="replace")
+        if int(result[0]) != 0:
+            excerpt = _excerpt(log, template_lines) if template_lines else ""
+            shown = ", ".join(f"{k}={v}" for k, v in sorted((params or {}).items()))
+            raise CompileError(
+                f"NVRTC could not compile {name} for {options.arch}:\n{log.strip()}{excerpt}\n"
+                f"config: {shown}\noptions: {' '.join(flags)}",
+                log=log, source=source, name=name, options=flags, params=params)
+        size = _check(nv.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        _check(nv.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+    finally:
+        nv.nvrtcDestroyProgram(prog)
+    return Compiled(cubin=cubin, log=log, seconds=time.perf_counter() - start)

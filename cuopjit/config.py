@@ -1,0 +1,253 @@
+"""JITConfig, GlobalJITConfig and the environment: the only module that reads os.environ.
+
+`JITConfig` is mutable (the cuOP API assigns fields one by one) and validates every
+assignment; `JITConfig.snapshot()` gives the frozen, hashable form that kernel
+specialisations and cache keys are built from.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+KERNEL_TYPES = ("auto", "simple", "tiled", "warp_optimized", "tensor_core")
+OPTIMIZATION_LEVELS = ("O0", "O1", "O2", "O3")
+TILE_SIZES = (0, 8, 16, 32, 64, 128, 256)
+BLOCK_SIZES = (0, 32, 64, 128, 256, 512, 1024)
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
+               "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12,
+               "tib": 1 << 40}
+
+
+def parse_size(text: str | int) -> int:
+    """'4GiB', '500M', '1024' -> bytes; ValueError names the accepted forms."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError(f"size {text!r} is not understood: write a number of bytes or e.g. 500M, 4GiB, 2GB")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+
+
+def _allowed(name: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not allowed: choose one of {', '.join(map(repr, allowed))}")
+
+
+def _check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}={value!r} is not allowed: it must be True or False")
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
+        span = f"an integer >= {lo}" if hi is None else f"an integer from {lo} to {hi}"
+        raise ValueError(f"{name}={value!r} is not allowed: it must be {span}")
+
+
+@dataclass(frozen=True)
+class ConfigSnapshot:
+    """The frozen, hashable view of a JITConfig that reaches kernel specs and cache keys."""
+    enable_jit: bool
+    kernel_type: str
+    tile_size: int
+    block_size: int
+    optimization_level: str
+    enable_tensor_core: bool
+    enable_tma: bool
+    max_registers: int
+    enable_shared_memory_opt: bool
+    enable_loop_unroll: bool
+    enable_memory_coalescing: bool
+
+
+@dataclass
+class JITConfig:
+    """Per-operator JIT settings (cuOP `JITConfig`). Every assignment is validated.
+
+    tile_size / block_size 0 and kernel_type "auto" mean "the operator's tuned default".
+    max_registers 0 means no `--maxrregcount` cap.
+    """
+    enable_jit: bool = True
+    kernel_type: str = "auto"
+    tile_size: int = 0
+    block_size: int = 0
+    optimization_level: str = "O3"
+    enable_tensor_core: bool = False
+    enable_tma: bool = False
+    max_registers: int = 0
+    enable_shared_memory_opt: bool = True
+    enable_loop_unroll: bool = True
+    enable_memory_coalescing: bool = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in _JIT_FIELDS:
+            raise AttributeError(f"JITConfig has no field {name!r}: fields are {', '.join(_JIT_FIELDS)}")
+        _validate_jit_field(name, value)
+        object.__setattr__(self, name, value)
+
+    def snapshot(self) -> ConfigSnapshot:
+        """Frozen copy for cache keys and kernel specialisation."""
+        return ConfigSnapshot(**dataclasses.asdict(self))
+
+    def copy(self) -> "JITConfig":
+        return dataclasses.replace(self)
+
+
+def _validate_jit_field(name: str, value: Any) -> None:
+    if name in ("kernel_type",):
+        _allowed(name, value, KERNEL_TYPES)
+    elif name == "optimization_level":
+        _allowed(name, value, OPTIMIZATION_LEVELS)
+    elif name == "tile_size":
+        _allowed(name, value, TILE_SIZES)
+    elif name == "block_size":
+        _allowed(name, value, BLOCK_SIZES)
+    elif name == "max_registers":
+        if value != 0:
+            _check_int(name, value, 16, 255)
+    else:
+        _check_bool(name, value)
+
+
+_JIT_FIELDS = tuple(f.name for f in dataclasses.fields(JITConfig))
+
+
+@dataclass
+class GlobalJITConfig:
+    """Process-wide settings (cuOP `GlobalJITConfig`); `get_default_global_jit_config()` is the live one.
+
+    cache_dir None means: CUOPJIT_CACHE_DIR, else the platform's user cache directory.
+    max_cache_size None means: CUOPJIT_MAX_CACHE_SIZE, else 4 GiB.
+    """
+    enable_jit: bool = True
+    enable_auto_tuning: bool = False
+    enable_caching: bool = True
+    cache_dir: str | None = None
+    max_cache_size: int | None = None
+    compilation_timeout: float = 300.0
+    max_compilation_threads: int = field(default_factory=lambda: max(1, min(8, os.cpu_count() or 1)))
+    enable_debug: bool = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in _GLOBAL_FIELDS:
+            raise AttributeError(f"GlobalJITConfig has no field {name!r}: fields are {', '.join(_GLOBAL_FIELDS)}")
+        if name == "cache_dir":
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise ValueError(f"cache_dir={value!r} is not allowed: it must be a path or None")
+            value = None if value is None else os.fspath(value)
+        elif name == "max_cache_size":
+            if value is not None:
+                value = parse_size(value)
+                _check_int(name, value, 1 << 20)
+        elif name == "compilation_timeout":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"compilation_timeout={value!r} is not allowed: it must be seconds > 0")
+            value = float(value)
+        elif name == "max_compilation_threads":
+            _check_int(name, value, 1, 256)
+        else:
+            _check_bool(name, value)
+        object.__setattr__(self, name, value)
+
+    def resolved_cache_dir(self) -> Path:
+        """Where the writable cache layer lives: this config, CUOPJIT_CACHE_DIR, then platformdirs."""
+        if self.cache_dir:
+            return Path(self.cache_dir).expanduser()
+        env = environment()
+        if env.cache_dir:
+            return Path(env.cache_dir).expanduser()
+        import platformdirs
+        return Path(platformdirs.user_cache_dir("cuopjit", appauthor=False))
+
+    def resolved_max_cache_size(self) -> int:
+        if self.max_cache_size is not None:
+            return self.max_cache_size
+        return environment().max_cache_size or 4 << 30
+
+    def debug(self) -> bool:
+        return self.enable_debug or environment().debug
+
+
+_GLOBAL_FIELDS = tuple(f.name for f in dataclasses.fields(GlobalJITConfig))
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Every CUOPJIT_* variable, typed. Read on each call to `environment()` so tests can scope them."""
+    cache_dir: str | None
+    cache_readonly: tuple[str, ...]
+    max_cache_size: int | None
+    log: str
+    debug: bool
+    arch: str | None
+
+
+def _env_bool(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"{name}={raw!r} is not understood: use 1/0, true/false, yes/no or on/off")
+
+
+def environment() -> Environment:
+    """Read the CUOPJIT_* variables now; a bad value raises ValueError naming the variable."""
+    log = os.environ.get("CUOPJIT_LOG", "warning").strip().lower() or "warning"
+    if log not in LOG_LEVELS:
+        raise ValueError(f"CUOPJIT_LOG={log!r} is not understood: use one of {', '.join(LOG_LEVELS)}")
+    size = os.environ.get("CUOPJIT_MAX_CACHE_SIZE")
+    arch = os.environ.get("CUOPJIT_ARCH") or None
+    if arch is not None and not re.fullmatch(r"sm_\d{2,3}a?", arch):
+        raise ValueError(f"CUOPJIT_ARCH={arch!r} is not understood: write e.g. sm_80, sm_90 or sm_90a")
+    ro = os.environ.get("CUOPJIT_CACHE_READONLY", "")
+    return Environment(
+        cache_dir=os.environ.get("CUOPJIT_CACHE_DIR") or None,
+        cache_readonly=tuple(p for p in ro.split(os.pathsep) if p),
+        max_cache_size=parse_size(size) if size else None,
+        log=log,
+        debug=_env_bool("CUOPJIT_DEBUG"),
+        arch=arch,
+    )
+
+
+@contextlib.contextmanager
+def scoped_env(**values: str | None) -> Iterator[None]:
+    """Set (or with None, unset) CUOPJIT_<NAME> variables for the duration of a block; tests use it."""
+    saved = {}
+    for key, value in values.items():
+        var = "CUOPJIT_" + key.upper()
+        saved[var] = os.environ.get(var)
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
+    try:
+        yield
+    finally:
+        for var, old in saved.items():
+            if old is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = old
+
+
+_default_jit_config = JITConfig()
+_global_config = GlobalJITConfig()
+
+
+def get_default_jit_config() -> JITConfig:
+    """A fresh copy of the default JITConfig, for the caller to edit and pass to `set_jit_config`."""
+    return _default_jit_config.copy()
+
+
+def get_default_global_jit_config() -> GlobalJITConfig:
+    """The live process-wide GlobalJITConfig: edits take effect for every later kernel lookup."""
+    return _global_config

@@ -1,0 +1,26 @@
+"""cuopjit: CUDA operators compiled at run time from Jinja templates with NVRTC, cached as cubins.
+
+Importing cuopjit never touches the GPU; the first call that needs one initialises the driver.
+"""
+from ._version import __version__
+from .config import GlobalJITConfig, JITConfig, get_default_global_jit_config, get_default_jit_config
+from .driver import synchronize
+from .errors import CompileError, CuopjitError, ExecutionError, MemoryError, NoDeviceError
+from .jit import JITWrapper
+from .memory import empty_cache, memory_context
+from .ops import GemmDouble, GemmFloat
+from .profile import PerformanceProfile, benchmark
+from .system import get_device, get_device_count, get_memory_info, print_system_info, set_device
+from .tensor import (Tensor, TensorDouble, TensorFloat, empty, eye, from_dlpack, linspace, logspace,
+                     meshgrid, ones, random, tensor, zeros)
+from .wrappers import JITGemmDouble, JITGemmFloat
+
+__all__ = [
+    "__version__", "JITConfig", "GlobalJITConfig", "get_default_jit_config", "get_default_global_jit_config",
+    "CompileError", "CuopjitError", "ExecutionError", "MemoryError", "NoDeviceError",
+    "Tensor", "TensorFloat", "TensorDouble", "tensor", "from_dlpack", "zeros", "ones", "empty", "random", "eye",
+    "linspace", "logspace", "meshgrid",
+    "get_device_count", "get_device", "set_device", "synchronize", "get_memory_info", "print_system_info",
+    "empty_cache", "memory_context", "benchmark", "PerformanceProfile",
+    "GemmFloat", "GemmDouble", "JITWrapper", "JITGemmFloat", "JITGemmDouble",
+]

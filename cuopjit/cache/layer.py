@@ -1,0 +1,172 @@
+"""One cache directory (a layer): where entries, records, locks and rejected files live on disk.
+
+    <root>/kernels/<name>-<key16>.cubin      one entry per file (entry.py)
+    <root>/records/<kind>/<key>.json         small JSON records (autotuning timings)
+    <root>/locks/<name>-<key16>.lock         per-key compile locks (flock)
+    <root>/rejected/<file>.<reason>.<ns>     entries that failed verification, kept for inspection
+    <root>/stats.json                        persisted counters (stats.py)
+
+A read-only layer has the same layout; cuopjit only ever reads it.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import fsio, trust
+from .entry import SUFFIX, EntrySpec
+
+_SAFE = re.compile(r"[A-Za-z0-9_.+-]{1,100}")
+
+
+def record_file_name(kind: str, key: str) -> str:
+    """`<key>.json` for a file-name-safe key, else `<sha256(key)>.json`; ValueError for a bad kind."""
+    if not _SAFE.fullmatch(kind) or kind.startswith("."):
+        raise ValueError(f"record kind {kind!r} is not allowed: use 1-100 of A-Z a-z 0-9 _ . + -")
+    stem = key if _SAFE.fullmatch(key) and not key.startswith(".") else hashlib.sha256(key.encode()).hexdigest()
+    return f"{stem}.json"
+
+
+class UntrustedError(Exception):
+    """A file or directory another user could have written; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """An entry file found by a directory scan."""
+    path: Path
+    size: int
+    mtime_ns: int
+
+
+class Layer:
+    """A cache directory; `writable` layers also get locks, stats, rejected/ and eviction."""
+
+    def __init__(self, root: Path, writable: bool):
+        self.root = Path(root)
+        self.writable = writable
+        self.kernels = self.root / "kernels"
+        self.records = self.root / "records"
+        self.locks = self.root / "locks"
+        self.rejected = self.root / "rejected"
+        self.stats_path = self.root / "stats.json"
+        self._dir_problem: str | None | bool = False
+        self._made = False
+
+    def __repr__(self) -> str:
+        return f"Layer({str(self.root)!r}, writable={self.writable})"
+
+    def dir_problem(self) -> str | None:
+        """Why this layer's directories must not be trusted, or None (checked once per process)."""
+        if self._dir_problem is False:
+            self._dir_problem = next(filter(None, (trust.check_path(d) for d in (self.root, self.kernels,
+                                                                                 self.records))), None)
+        return self._dir_problem
+
+    def ensure_dirs(self) -> None:
+        """Create the layout (mode 0o700) before the first write."""
+        if self._made:
+            return
+        for d in (self.kernels, self.records, self.locks):
+            if not d.is_dir():
+                fsio.make_private_dirs(d)
+                self._dir_problem = False
+        self._made = True
+
+    def entry_path(self, spec: EntrySpec) -> Path:
+        return self.kernels / spec.file_name
+
+    def lock_path(self, file_name: str) -> Path:
+        return self.locks / (file_name.removesuffix(SUFFIX) + ".lock")
+
+    def read(self, path: Path) -> tuple[bytes, os.stat_result] | None:
+        """The file's bytes and stat, None if absent; UntrustedError if another user could have written it."""
+        problem = self.dir_problem()
+        if problem:
+            raise UntrustedError(problem)
+        got = fsio.read_bytes(path)
+        if got is not None and (problem := trust.untrusted_reason(path, got[1])):
+            raise UntrustedError(problem)
+        return got
+
+    def store(self, file_name: str, data: bytes) -> None:
+        """Atomically install an entry (call under its key lock: orphan temp files of the key are removed)."""
+        self.ensure_dirs()
+        fsio.remove_orphan_tmps(self.kernels, file_name)
+        try:
+            fsio.atomic_write(self.kernels / file_name, data)
+        except FileNotFoundError:
+            self._made = False
+            self.ensure_dirs()
+            fsio.atomic_write(self.kernels / file_name, data)
+
+    @contextlib.contextmanager
+    def key_lock(self, file_name: str, timeout: float) -> Iterator[None]:
+        """Exclusive per-entry lock held while compiling and storing it."""
+        self.ensure_dirs()
+        with fsio.file_lock(self.lock_path(file_name), timeout):
+            yield
+
+    def move_aside(self, path: Path, reason: str, seen: os.stat_result | None = None) -> Path | None:
+        """Move a bad entry into rejected/ (only if it is still the file that was read); the new path or None."""
+        try:
+            if seen is not None and os.stat(path).st_ino != seen.st_ino:
+                return None
+            fsio.make_private_dirs(self.rejected)
+            dest = self.rejected / f"{path.name}.{reason}.{time.time_ns()}"
+            os.replace(path, dest)
+            return dest
+        except OSError:
+            return None
+
+    def scan(self) -> list[FileInfo]:
+        """Every entry file (temp files excluded), unsorted."""
+        out = []
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            for e in os.scandir(self.kernels):
+                if e.name.endswith(SUFFIX) and not e.name.startswith("."):
+                    with contextlib.suppress(FileNotFoundError):
+                        st = e.stat(follow_symlinks=False)
+                        out.append(FileInfo(Path(e.path), st.st_size, st.st_mtime_ns))
+        return out
+
+    def touch(self, path: Path) -> None:
+        """Mark an entry as just used (LRU eviction reads mtimes)."""
+        with contextlib.suppress(OSError):
+            os.utime(path)
+
+    def record_path(self, kind: str, key: str) -> Path:
+        return self.records / kind / record_file_name(kind, key)
+
+    def read_record(self, kind: str, key: str) -> dict | None:
+        """A record's value, or None if absent, unreadable or for another key (UntrustedError as for entries)."""
+        path = self.record_path(kind, key)
+        got = self.read(path)
+        if got is None:
+            return None
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            doc = json.loads(got[0])
+            if doc["key"] == key and isinstance(doc["value"], dict):
+                return doc["value"]
+        return None
+
+    def write_record(self, kind: str, key: str, value: dict[str, Any]) -> None:
+        """Atomically write a record."""
+        path = self.record_path(kind, key)
+        self.ensure_dirs()
+        fsio.make_private_dirs(path.parent)
+        fsio.atomic_write(path, json.dumps({"key": key, "value": value}, sort_keys=True).encode())
+
+    def record_files(self) -> Iterator[tuple[str, Path]]:
+        """(kind, path) of every record file."""
+        with contextlib.suppress(FileNotFoundError):
+            for kind_dir in sorted(self.records.iterdir()):
+                for p in sorted(kind_dir.glob("*.json")):
+                    yield kind_dir.name, p

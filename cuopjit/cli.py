@@ -1,0 +1,164 @@
+"""The `cuopjit` command: prewarm the cache (no GPU needed), show generated source, inspect the cache."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Sequence
+
+from . import compiler, kernels
+from .config import JITConfig, get_default_global_jit_config
+from .errors import CompileError, CuopjitError
+from .ops import FAMILIES
+
+DTYPES = ("float32", "float64")
+
+
+def _config_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("kernel configuration (JITConfig fields)")
+    g.add_argument("--kernel-type", default="auto")
+    g.add_argument("--tile-size", type=int, default=0)
+    g.add_argument("--block-size", type=int, default=0)
+    g.add_argument("--optimization-level", default="O3", choices=("O0", "O1", "O2", "O3"))
+    g.add_argument("--max-registers", type=int, default=0)
+    g.add_argument("--tensor-core", action="store_true", help="enable_tensor_core=True")
+    g.add_argument("--no-unroll", action="store_true", help="enable_loop_unroll=False")
+    g.add_argument("--no-coalescing", action="store_true", help="enable_memory_coalescing=False")
+    g.add_argument("--no-shared-memory-opt", action="store_true", help="enable_shared_memory_opt=False")
+
+
+def _config(ns: argparse.Namespace) -> JITConfig:
+    cfg = JITConfig()
+    cfg.kernel_type, cfg.tile_size, cfg.block_size = ns.kernel_type, ns.tile_size, ns.block_size
+    cfg.optimization_level, cfg.max_registers = ns.optimization_level, ns.max_registers
+    cfg.enable_tensor_core = ns.tensor_core
+    cfg.enable_loop_unroll = not ns.no_unroll
+    cfg.enable_memory_coalescing = not ns.no_coalescing
+    cfg.enable_shared_memory_opt = not ns.no_shared_memory_opt
+    return cfg
+
+
+def _operators(ops: Sequence[str] | None, dtypes: Sequence[str] | None, cfg: JITConfig | None = None):
+    """Instances of the requested operator families and dtypes, configured with `cfg`."""
+    for op in ops or FAMILIES:
+        if op not in FAMILIES:
+            raise ValueError(f"unknown op {op!r}: choose from {', '.join(FAMILIES)}")
+    out = []
+    for op in ops or FAMILIES:
+        for dt in dtypes or DTYPES:
+            cls = FAMILIES[op][DTYPES.index(dt)]
+            inst = cls()
+            if cfg is not None:
+                inst._configure(cfg.snapshot(), None)
+            out.append(inst)
+    return out
+
+
+def _archs(text: str | None) -> list[str]:
+    if not text:
+        from .config import environment
+        text = environment().arch
+    if not text:
+        raise ValueError("name the target architectures, e.g. --arch sm_80,sm_90 (or set CUOPJIT_ARCH)")
+    archs = [a.strip() for a in text.split(",") if a.strip()]
+    known = compiler.supported_archs()
+    for a in archs:
+        if a not in known:
+            raise ValueError(f"--arch {a} is not a target this NVRTC ({compiler.nvrtc_version()}) knows: "
+                             f"choose from {', '.join(known)}")
+    return archs
+
+
+def cmd_prewarm(ns: argparse.Namespace) -> int:
+    archs = _archs(ns.arch)
+    if ns.cache_dir:
+        get_default_global_jit_config().cache_dir = ns.cache_dir
+    specs = []
+    for inst in _operators(ns.op, ns.dtype):
+        for spec in inst.specs():
+            for arch in archs:
+                if (spec, arch) not in specs:
+                    specs.append((spec, arch))
+    jobs = ns.jobs or get_default_global_jit_config().max_compilation_threads
+    start, done, cached = time.perf_counter(), 0, 0
+
+    def one(item):
+        return item, kernels.build(*item)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for (spec, arch), (_, info) in pool.map(one, specs):
+            done += 1
+            cached += info.cache_hit
+            state = "cached" if info.cache_hit else f"compiled in {info.seconds * 1e3:.0f} ms"
+            if not ns.quiet:
+                print(f"[{done}/{len(specs)}] {spec.name} {arch}: {state}", flush=True)
+    print(f"prewarmed {len(specs)} kernels for {', '.join(archs)} in {time.perf_counter() - start:.1f} s: "
+          f"{len(specs) - cached} compiled, {cached} already cached "
+          f"({get_default_global_jit_config().resolved_cache_dir()})")
+    if getattr(ns, "bundle", None):
+        from .cache import get_cache
+        get_cache().export_bundle(ns.bundle)
+        print(f"bundle written to {ns.bundle}")
+    return 0
+
+
+def cmd_show(ns: argparse.Namespace) -> int:
+    cfg = _config(ns)
+    insts = _operators([ns.op], [ns.dtype], cfg)
+    specs = insts[0].specs()
+    for spec in specs if ns.all else specs[:1]:
+        print(kernels.source(spec))
+    return 0
+
+
+def cmd_info(ns: argparse.Namespace) -> int:
+    from .system import print_system_info
+    print_system_info()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .cli_cache import add_cache_commands
+    parser = argparse.ArgumentParser(prog="cuopjit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("prewarm", help="compile kernels into the cache (no GPU needed)")
+    p.add_argument("--arch", help="comma-separated targets, e.g. sm_80,sm_90 (default: CUOPJIT_ARCH)")
+    p.add_argument("--op", action="append", help=f"operator family (repeatable): {', '.join(FAMILIES)}")
+    p.add_argument("--dtype", action="append", choices=DTYPES, help="repeatable; default: both")
+    p.add_argument("--jobs", type=int, default=0, help="parallel compiles (default: max_compilation_threads)")
+    p.add_argument("--cache-dir", help="cache directory (default: CUOPJIT_CACHE_DIR or the user cache dir)")
+    p.add_argument("--quiet", action="store_true", help="print only the summary")
+    p.add_argument("--bundle", metavar="FILE", help="also write the cache into a portable bundle (cuopjit cache import)")
+    p.set_defaults(func=cmd_prewarm)
+
+    p = sub.add_parser("show", help="print the generated CUDA C of an operator")
+    p.add_argument("op", help=f"operator family: {', '.join(FAMILIES)}")
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
+    p.add_argument("--all", action="store_true", help="every kernel the operator may use, not just the first")
+    _config_args(p)
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("info", help="versions, NVRTC targets, cache directory, devices")
+    p.set_defaults(func=cmd_info)
+
+    add_cache_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    try:
+        return ns.func(ns) or 0
+    except (ValueError, TypeError, CuopjitError, OSError) as exc:
+        text = str(exc).strip() or type(exc).__name__
+        if not isinstance(exc, CompileError):  # a compile error's log and excerpt are the point
+            text = text.splitlines()[0]
+        print(f"cuopjit {ns.command}: error: {text}", file=sys.stderr)
+        return 2 if isinstance(exc, (ValueError, TypeError)) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

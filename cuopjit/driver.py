@@ -1,0 +1,173 @@
+"""The CUDA driver: lazy cuInit, devices, primary contexts, modules and functions.
+
+Nothing here runs at import. The first call that needs a GPU initialises the driver;
+a machine without one gets `NoDeviceError` saying what still works without a GPU.
+cuopjit launches on the legacy default stream, so its work is ordered with PyTorch's and
+CuPy's default streams without extra synchronisation.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass
+
+from .errors import ExecutionError, NoDeviceError, check
+
+STREAM = 0  # the legacy default stream
+_lock = threading.Lock()
+_tls = threading.local()
+_state = {"current": 0}
+
+_NO_GPU_HINT = ("cuopjit can still render, compile and prewarm kernels without one "
+                "(e.g. `cuopjit prewarm --arch sm_90`)")
+
+
+def _driver():
+    from cuda.bindings import driver
+    return driver
+
+
+@functools.cache
+def _init() -> int:
+    """cuInit once; returns the device count, or raises NoDeviceError."""
+    try:
+        drv = _driver()
+        err, = drv.cuInit(0)
+    except Exception as exc:  # the driver library itself is missing
+        raise NoDeviceError(f"no NVIDIA driver found ({exc.__class__.__name__}); {_NO_GPU_HINT}",
+                            "CUDA_ERROR_NO_DEVICE") from None
+    if int(err) != 0:
+        raise NoDeviceError(f"the NVIDIA driver could not start ({err.name}); {_NO_GPU_HINT}", err.name)
+    return check(drv.cuDeviceGetCount(), "cuDeviceGetCount")
+
+
+def device_count() -> int:
+    """Number of visible GPUs; 0 on a machine with no driver or GPU (never raises for that)."""
+    try:
+        return _init()
+    except NoDeviceError:
+        return 0
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU: its ordinal, primary context and the facts kernels are specialised on."""
+    ordinal: int
+    handle: object
+    context: object
+    name: str
+    major: int
+    minor: int
+    sm_count: int
+    total_memory: int
+    max_shared_per_block: int
+
+    @property
+    def arch(self) -> str:
+        """'sm_90' for an H100: the target the pipeline compiles for."""
+        return f"sm_{self.major}{self.minor}"
+
+    def make_current(self) -> None:
+        """Make this device's primary context current on the calling thread (cheap when it already is)."""
+        if getattr(_tls, "ordinal", None) != self.ordinal:
+            check(_driver().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+            _tls.ordinal = self.ordinal
+
+
+@functools.cache
+def _device(ordinal: int) -> Device:
+    count = _init()
+    if not 0 <= ordinal < count:
+        raise ValueError(f"device {ordinal} does not exist: this machine has {count} GPU(s), ordinals 0..{count - 1}")
+    drv = _driver()
+    with _lock:
+        handle = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
+        ctx = check(drv.cuDevicePrimaryCtxRetain(handle), "cuDevicePrimaryCtxRetain")
+    attr = drv.CUdevice_attribute
+
+    def get(a):
+        return check(drv.cuDeviceGetAttribute(a, handle), "cuDeviceGetAttribute")
+
+    name = check(drv.cuDeviceGetName(256, handle), "cuDeviceGetName").split(b"\x00")[0].decode()
+    return Device(
+        ordinal=ordinal, handle=handle, context=ctx, name=name,
+        major=get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+        minor=get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+        sm_count=get(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+        total_memory=check(drv.cuDeviceTotalMem(handle), "cuDeviceTotalMem"),
+        max_shared_per_block=get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+    )
+
+
+def get_device(ordinal: int | None = None) -> Device:
+    """The device with this ordinal (default: the current one), its context current on this thread."""
+    dev = _device(_state["current"] if ordinal is None else ordinal)
+    dev.make_current()
+    return dev
+
+
+def current_ordinal() -> int:
+    return _state["current"]
+
+
+def set_device(ordinal: int) -> None:
+    """Make `ordinal` the device later tensors and launches use."""
+    _device(ordinal).make_current()
+    _state["current"] = ordinal
+
+
+def synchronize() -> None:
+    """Wait for all work cuopjit queued on the current device."""
+    get_device()
+    check(_driver().cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+def memory_info() -> tuple[int, int]:
+    """(free, total) bytes on the current device."""
+    get_device()
+    return check(_driver().cuMemGetInfo(), "cuMemGetInfo")
+
+
+def driver_version() -> str:
+    v = check(_driver().cuDriverGetVersion(), "cuDriverGetVersion")
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+class Function:
+    """A loaded kernel: module + CUfunction, plus its dynamic shared memory limit raised as needed."""
+
+    def __init__(self, cubin: bytes, kernel: str, device: Device):
+        drv = _driver()
+        device.make_current()
+        self.module = check(drv.cuModuleLoadData(cubin), "cuModuleLoadData")
+        self.handle = check(drv.cuModuleGetFunction(self.module, kernel.encode()), f"cuModuleGetFunction({kernel})")
+        self.device = device
+        self._shared_limit = 48 * 1024
+
+    def reserve_shared(self, nbytes: int) -> None:
+        """Allow `nbytes` of dynamic shared memory (over 48 KiB needs an explicit opt-in)."""
+        if nbytes > self._shared_limit:
+            if nbytes > self.device.max_shared_per_block:
+                raise ValueError(f"kernel needs {nbytes} bytes of shared memory; {self.device.name} allows "
+                                 f"{self.device.max_shared_per_block}: choose a smaller tile_size")
+            drv = _driver()
+            check(drv.cuFuncSetAttribute(
+                self.handle, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes),
+                "cuFuncSetAttribute")
+            self._shared_limit = nbytes
+
+
+def load_function(cubin: bytes, kernel: str, device: Device) -> Function:
+    """Load a cubin and look up its entry point; a rejected image raises ExecutionError (name in .error_name)."""
+    return Function(cubin, kernel, device)
+
+
+REJECTED_IMAGE_ERRORS = frozenset({
+    "CUDA_ERROR_INVALID_IMAGE", "CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_INVALID_SOURCE",
+    "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "CUDA_ERROR_INVALID_PTX", "CUDA_ERROR_NOT_FOUND",
+    "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED"})
+
+
+def is_rejected_image(exc: ExecutionError) -> bool:
+    """True when the driver refused the cubin itself (so the cache entry should be dropped and rebuilt)."""
+    return exc.error_name in REJECTED_IMAGE_ERRORS

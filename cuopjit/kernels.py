@@ -1,0 +1,141 @@
+"""The one pipeline: KernelSpec → render → cache (or NVRTC) → cubin → loaded function.
+
+Operators describe a kernel with a `KernelSpec` (template, entry point, parameters, compile
+settings); everything after that happens here and only here. `get_function` is memoised, so
+a warm lookup is one dict probe: no rendering, hashing or file access.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import codegen, compiler, driver
+from .config import ConfigSnapshot, get_default_global_jit_config
+from .errors import ExecutionError
+from .log import logger
+
+MEMORY_ONLY = "memory"  # cache_dir value of an operator whose persistent cache is switched off
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything that decides a kernel's code: the template, its parameters and the compile settings."""
+    template: str
+    kernel: str
+    name: str
+    params: tuple[tuple[str, Any], ...]
+    optimization_level: str = "O3"
+    max_registers: int = 0
+    arch_specific: bool = False  # needs the sm_90a target (wgmma, setmaxnreg)
+
+    def arch_for(self, arch: str) -> str:
+        """The NVRTC target for a device architecture: 'sm_90' -> 'sm_90a' when the kernel needs it."""
+        return arch + "a" if self.arch_specific and not arch.endswith("a") else arch
+
+
+def make_spec(template: str, kernel: str, name: str, params: Mapping[str, Any],
+              cfg: ConfigSnapshot | None = None, arch_specific: bool = False) -> KernelSpec:
+    """A KernelSpec with the compile settings (optimisation level, register cap) taken from `cfg`."""
+    return KernelSpec(template=template, kernel=kernel, name=name, params=tuple(sorted(params.items())),
+                      optimization_level=cfg.optimization_level if cfg else "O3",
+                      max_registers=cfg.max_registers if cfg else 0, arch_specific=arch_specific)
+
+
+def source(spec: KernelSpec) -> str:
+    """The rendered CUDA C for a spec."""
+    return codegen.render(spec.template, dict(spec.params))
+
+
+def _options(spec: KernelSpec, arch: str) -> compiler.CompileOptions:
+    return compiler.CompileOptions(arch=spec.arch_for(arch), optimization_level=spec.optimization_level,
+                                   max_registers=spec.max_registers, debug=get_default_global_jit_config().debug())
+
+
+def entry_spec(spec: KernelSpec, arch: str):
+    """The cache's view of a spec for one architecture (renders the source)."""
+    from .cache import EntrySpec
+    options = _options(spec, arch)
+    return EntrySpec(name=f"{spec.name}_{options.arch.replace('_', '')}", source=source(spec),
+                     options=options.flags(), arch=options.arch, nvrtc_version=compiler.nvrtc_version(),
+                     template=spec.template, params=tuple((k, str(v)) for k, v in spec.params))
+
+
+@dataclass
+class BuildInfo:
+    """How a cubin was obtained, for profiles and logs."""
+    cache_hit: bool
+    seconds: float
+    registers: int | None = None
+    spill_bytes: int = 0
+
+
+def build(spec: KernelSpec, arch: str, cache_dir: str | os.PathLike | None = None) -> tuple[bytes, BuildInfo]:
+    """The cubin for `spec` on `arch`: from the cache, or compiled with NVRTC and stored.
+
+    cache_dir None uses the global cache; MEMORY_ONLY (or enable_caching=False) keeps nothing on disk.
+    """
+    from .cache import get_cache
+    start = time.perf_counter()
+    entry = entry_spec(spec, arch)
+    compiled: list[compiler.Compiled] = []
+
+    def compile_now() -> bytes:
+        c = compiler.compile_cubin(entry.source, entry.name, _options(spec, arch), params=dict(spec.params),
+                                   template_lines=codegen.template_lines)
+        compiled.append(c)
+        logger().debug("compiled %s in %.0f ms (%s registers, %d spill bytes)", entry.name, c.seconds * 1e3,
+                       c.registers, c.spill_bytes)
+        return c.cubin
+
+    if cache_dir == MEMORY_ONLY:
+        cubin, hit = compile_now(), False
+    else:
+        cache = get_cache(cache_dir)
+        cubin, hit = cache.get_or_build(entry, compile_now)
+        if get_default_global_jit_config().debug():
+            _keep_source(cache, entry)
+    info = BuildInfo(cache_hit=hit, seconds=time.perf_counter() - start)
+    if compiled:
+        info.registers, info.spill_bytes = compiled[0].registers, compiled[0].spill_bytes
+    return cubin, info
+
+
+def _keep_source(cache, entry) -> None:
+    """Debug mode keeps the rendered source beside the cache, named like the entry."""
+    directory = getattr(cache, "directory", None)
+    if directory is None:
+        return
+    path = Path(directory) / "sources" / f"{entry.name}-{entry.key[:16]}.cu"
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not path.exists():
+            path.write_text(entry.source)
+    except OSError as exc:
+        logger().warning("could not keep the source of %s in %s: %s", entry.name, path, exc)
+
+
+class LoadedKernel:
+    """A function ready to launch, with how it was built."""
+
+    def __init__(self, function: driver.Function, info: BuildInfo, spec: KernelSpec):
+        self.function, self.info, self.spec = function, info, spec
+
+
+@functools.lru_cache(maxsize=4096)
+def get_function(spec: KernelSpec, ordinal: int, cache_dir: str | None = None) -> LoadedKernel:
+    """The loaded kernel for a spec on a device, memoised; a cubin the driver rejects is rebuilt once."""
+    device = driver.get_device(ordinal)
+    cubin, info = build(spec, device.arch, cache_dir)
+    try:
+        return LoadedKernel(driver.load_function(cubin, spec.kernel, device), info, spec)
+    except ExecutionError as exc:
+        if not driver.is_rejected_image(exc) or cache_dir == MEMORY_ONLY:
+            raise
+        from .cache import get_cache
+        get_cache(cache_dir).invalidate(entry_spec(spec, device.arch), f"the driver rejected it: {exc.error_name}")
+        cubin, info = build(spec, device.arch, cache_dir)
+        return LoadedKernel(driver.load_function(cubin, spec.kernel, device), info, spec)

@@ -1,0 +1,132 @@
+"""GEMM kernel generator: dtype + frozen JITConfig + problem shape -> template params and launch geometry.
+
+The one kernel family here is the register-tiled SIMT GEMM in templates/gemm.cu.jinja
+(C = alpha * op(A) @ op(B) + beta * C, row-major). How each JITConfig field changes the code:
+
+    tile_size                 BM = BN (0: chosen by shape so that small problems still fill the SMs)
+    block_size                threads per block (0: the tile's default); fixes the thread tile TM x TN
+    kernel_type               "auto" / "tiled" (this kernel); anything else raises ValueError
+    enable_loop_unroll        `#pragma unroll` vs `unroll 1` on the k-loop inside a shared-memory tile
+    enable_memory_coalescing  16-byte global loads/stores (where `aligned` allows) vs scalar accesses
+    enable_shared_memory_opt  shared-memory row padding (bank-conflict-free transposed stores) on/off
+    enable_tma, enable_tensor_core   no such GEMM kernel: ValueError saying which setting to change
+optimization_level and max_registers reach NVRTC through the compiler options, not through here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import ConfigSnapshot
+
+TEMPLATE = "gemm.cu.jinja"
+KERNEL_TYPES = ("auto", "tiled")
+TILE_SIZES = (0, 32, 64, 128)          # 0 = chosen by shape
+BLOCK_SIZES = (0, 64, 128, 256)        # 0 = the tile's default
+SUPPORTS_TENSOR_CORE = False
+SM_COUNT = 132  # H100 SXM; only steers the automatic tile choice
+
+
+@dataclass(frozen=True)
+class TileShape:
+    """One allowed (tile_size, block_size) combination and the thread tile it implies."""
+    tile: int      # BM = BN
+    threads: int
+    tm: int        # thread tile rows (TM) and columns (TN)
+    tn: int
+    bk: int        # k-depth of a shared-memory tile
+
+
+# Per dtype: every valid (tile_size, block_size); the first entry for a tile is its default block size.
+_SHAPES: dict[str, tuple[TileShape, ...]] = {
+    "float32": (
+        TileShape(128, 256, 8, 8, 8),
+        TileShape(64, 64, 8, 8, 8),
+        TileShape(64, 128, 8, 4, 8),
+        TileShape(64, 256, 4, 4, 16),
+        TileShape(32, 64, 4, 4, 8),
+    ),
+    "float64": (  # no 64/64 (8x8 doubles in 64 threads spill)
+        TileShape(128, 256, 8, 8, 8),
+        TileShape(64, 256, 4, 4, 8),
+        TileShape(64, 128, 8, 4, 8),
+        TileShape(32, 64, 4, 4, 8),
+    ),
+}
+_SCALAR = {"float32": ("float", "f32"), "float64": ("double", "f64")}
+
+
+def allowed_combinations(dtype: np.dtype) -> list[tuple[int, int]]:
+    """The (tile_size, block_size) pairs GEMM accepts for `dtype` (0 in either field means auto)."""
+    return [(s.tile, s.threads) for s in _SHAPES[_dtype_name(dtype)]]
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    name = np.dtype(dtype).name
+    if name not in _SHAPES:
+        raise TypeError(f"GEMM supports float32 and float64, not {name}")
+    return name
+
+
+def _pick_shape(dtype: str, cfg: ConfigSnapshot, M: int, N: int) -> TileShape:
+    """Validate tile_size/block_size against the allowed grid; choose by shape where they are 0."""
+    shapes = _SHAPES[dtype]
+    tiles = sorted({s.tile for s in shapes}, reverse=True)
+    combos = ", ".join(f"{s.tile}/{s.threads}" for s in shapes)
+    if cfg.tile_size and cfg.tile_size not in tiles:
+        raise ValueError(f"GEMM tile_size={cfg.tile_size} is not allowed: choose 0 (auto) or one of "
+                         f"{', '.join(map(str, tiles))}")
+    if cfg.tile_size:
+        tile = cfg.tile_size
+    else:
+        # The largest tile that still gives every SM a block; else the smallest.
+        tile = next((t for t in tiles if -(-M // t) * -(-N // t) >= SM_COUNT), tiles[-1])
+        if cfg.block_size and not any(s.tile == tile and s.threads == cfg.block_size for s in shapes):
+            tile = next((s.tile for s in shapes if s.threads == cfg.block_size), tile)
+    for s in shapes:
+        if s.tile == tile and (cfg.block_size in (0, s.threads)):
+            return s
+    raise ValueError(f"GEMM tile_size={cfg.tile_size}, block_size={cfg.block_size} is not a valid combination "
+                     f"for {dtype}: valid tile_size/block_size pairs are {combos} (0 = auto)")
+
+
+def _check_kernel_choice(cfg: ConfigSnapshot) -> None:
+    if cfg.enable_tma:
+        raise ValueError("GEMM has no TMA kernel: set enable_tma=False")
+    if cfg.enable_tensor_core or cfg.kernel_type == "tensor_core":
+        raise ValueError("GEMM has no tensor-core kernel yet: set enable_tensor_core=False and "
+                         "kernel_type to 'auto' or 'tiled'")
+    if cfg.kernel_type not in KERNEL_TYPES:
+        raise ValueError(f"GEMM kernel_type={cfg.kernel_type!r} is not allowed: choose one of "
+                         f"{', '.join(map(repr, KERNEL_TYPES))}")
+
+
+def gemm_kernel(dtype: np.dtype, cfg: ConfigSnapshot, M: int, N: int, K: int, trans_a: bool, trans_b: bool,
+                aligned: bool) -> tuple[str, str, dict, tuple[int, int, int], tuple[int, int, int], int]:
+    """-> (template, readable_name, params, grid, block, dynamic_shared_bytes) for one GEMM launch.
+
+    `aligned` is the caller's promise that A, B, C are 16-byte aligned and lda, ldb, ldc are
+    multiples of 16 bytes' worth of scalars; only then (and with enable_memory_coalescing) does
+    the kernel use 16-byte global accesses. The name never includes the architecture.
+    """
+    name = _dtype_name(dtype)
+    if min(M, N, K) < 1:
+        raise ValueError(f"GEMM needs M, N, K >= 1, got M={M}, N={N}, K={K}")
+    _check_kernel_choice(cfg)
+    shape = _pick_shape(name, cfg, M, N)
+    scalar, short = _SCALAR[name]
+    r = 16 // np.dtype(dtype).itemsize
+    vec = r if (cfg.enable_memory_coalescing and aligned) else 1
+    pad = r if cfg.enable_shared_memory_opt else 0
+    params = {
+        "scalar_t": scalar, "unroll": bool(cfg.enable_loop_unroll),
+        "BM": shape.tile, "BN": shape.tile, "BK": shape.bk, "TM": shape.tm, "TN": shape.tn,
+        "R": r, "VEC": vec, "PAD": pad, "trans_a": bool(trans_a), "trans_b": bool(trans_b),
+        "min_blocks": 2 if name == "float32" and shape.threads >= 256 and vec > 1 else 1,
+    }
+    ops = ("t" if trans_a else "n") + ("t" if trans_b else "n")
+    readable = (f"gemm_{short}_t{shape.tile}x{shape.tile}x{shape.bk}_r{shape.tm}x{shape.tn}_{ops}_v{vec}"
+                + ("" if pad else "_nopad") + ("" if cfg.enable_loop_unroll else "_nounroll"))
+    grid = (-(-N // shape.tile), -(-M // shape.tile), 1)
+    return TEMPLATE, readable, params, grid, (shape.threads, 1, 1), 0

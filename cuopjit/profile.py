@@ -1,0 +1,75 @@
+"""Timing with CUDA events: the JIT wrappers' performance profile and `cuopjit.benchmark`."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from . import driver
+from .errors import check
+
+
+class EventPair:
+    """Two CUDA events around a region of the stream; `elapsed_ms()` waits for the second."""
+
+    def __init__(self) -> None:
+        drv = driver._driver()
+        driver.get_device()
+        flags = drv.CUevent_flags.CU_EVENT_DEFAULT
+        self.start = check(drv.cuEventCreate(flags), "cuEventCreate")
+        self.end = check(drv.cuEventCreate(flags), "cuEventCreate")
+        self._record = drv.cuEventRecord
+
+    def record_start(self) -> None:
+        self._record(self.start, driver.STREAM)
+
+    def record_end(self) -> None:
+        self._record(self.end, driver.STREAM)
+
+    def __del__(self) -> None:
+        try:
+            drv = driver._driver()
+            drv.cuEventDestroy(self.start)
+            drv.cuEventDestroy(self.end)
+        except Exception:  # interpreter shutdown
+            pass
+
+    def elapsed_ms(self) -> float:
+        drv = driver._driver()
+        check(drv.cuEventSynchronize(self.end), "cuEventSynchronize")
+        return check(drv.cuEventElapsedTime(self.start, self.end), "cuEventElapsedTime")
+
+
+@dataclass
+class PerformanceProfile:
+    """The last forward of a JIT operator: time, rates and how its kernel was obtained."""
+    execution_time: float = 0.0      # ms, measured with CUDA events around the launch
+    gflops: float = 0.0
+    bandwidth_gbps: float = 0.0      # bytes the operator must move / time
+    kernel_name: str = ""
+    cache_hit: bool = False          # the cubin came from a cache layer (no NVRTC run)
+    build_time: float = 0.0          # ms to obtain and load the kernel the first time
+    registers: int | None = None     # per thread, when this process compiled it
+    calls: int = 0
+
+    def __str__(self) -> str:
+        return (f"{self.kernel_name}: {self.execution_time:.4f} ms, {self.gflops:.1f} GFLOP/s, "
+                f"{self.bandwidth_gbps:.1f} GB/s, {'cached' if self.cache_hit else 'compiled'} "
+                f"in {self.build_time:.1f} ms, {self.calls} calls")
+
+
+def benchmark(operator: Any, *args: Any, num_runs: int = 100, warmup_runs: int = 10, **kwargs: Any) -> dict:
+    """Time `operator.forward(*args)` with CUDA events: mean/std/min/max/median in ms over num_runs."""
+    if num_runs < 1:
+        raise ValueError(f"num_runs={num_runs} must be >= 1")
+    for _ in range(warmup_runs):
+        operator.forward(*args, **kwargs)
+    pairs = [EventPair() for _ in range(num_runs)]
+    for pair in pairs:
+        pair.record_start()
+        operator.forward(*args, **kwargs)
+        pair.record_end()
+    times = [p.elapsed_ms() for p in pairs]
+    return {"mean_time_ms": statistics.fmean(times), "std_time_ms": statistics.pstdev(times),
+            "min_time_ms": min(times), "max_time_ms": max(times), "median_time_ms": statistics.median(times),
+            "num_runs": num_runs}

@@ -1,0 +1,63 @@
+"""Device-level functions of the cuOP API: counts, selection, memory figures, a system report."""
+from __future__ import annotations
+
+import platform
+import sys
+
+from . import compiler, driver
+from ._version import __version__
+from .config import get_default_global_jit_config
+
+
+def get_device_count() -> int:
+    """Number of GPUs; 0 without a driver or GPU."""
+    return driver.device_count()
+
+
+def get_device() -> int:
+    """The ordinal of the current device."""
+    return driver.current_ordinal()
+
+
+def set_device(ordinal: int) -> None:
+    """Make `ordinal` the current device for new tensors and launches."""
+    driver.set_device(ordinal)
+
+
+def get_memory_info() -> tuple[int, int]:
+    """(free, total) bytes on the current device."""
+    return driver.memory_info()
+
+
+def system_info() -> dict:
+    """Versions, NVRTC targets, cache location and devices (if any), as a dict."""
+    from importlib import metadata
+    info = {"cuopjit": __version__, "python": sys.version.split()[0], "platform": platform.platform()}
+    for pkg in ("numpy", "cuda-bindings", "cuda-core", "nvidia-cuda-nvrtc", "jinja2"):
+        try:
+            info[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            info[pkg] = "not installed"
+    info["nvrtc"] = compiler.nvrtc_version()
+    info["nvrtc_targets"] = " ".join(compiler.supported_archs())
+    info["cache_dir"] = str(get_default_global_jit_config().resolved_cache_dir())
+    count = driver.device_count()
+    info["devices"] = []
+    if count:
+        info["driver"] = driver.driver_version()
+        for i in range(count):
+            d = driver.get_device(i)
+            info["devices"].append(f"{i}: {d.name}, {d.arch}, {d.sm_count} SMs, {d.total_memory / 2**30:.1f} GiB")
+        driver.get_device(driver.current_ordinal())
+    return info
+
+
+def print_system_info() -> None:
+    """Print versions, NVRTC, cache directory and devices."""
+    info = system_info()
+    devices = info.pop("devices")
+    for key, value in info.items():
+        print(f"{key:>18}: {value}")
+    print(f"{'devices':>18}: {len(devices) or 'none (compile, cache and prewarm still work)'}")
+    for d in devices:
+        print(f"{'':>18}  {d}")

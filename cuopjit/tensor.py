@@ -1,0 +1,288 @@
+"""Tensor: a C-contiguous device buffer with a shape and a dtype (float32 or float64).
+
+Interop is zero-copy both ways: `tensor(x)` wraps a torch/CuPy/JAX array through DLPack or
+the CUDA Array Interface (parsed by cuda.core's StridedMemoryView), and a Tensor exports
+`__dlpack__` and `__cuda_array_interface__` so those libraries can wrap it in turn.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from . import driver, memory
+from .errors import check
+
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def as_dtype(dtype: Any) -> np.dtype:
+    """'float32', np.float32 or a torch dtype's name -> a numpy dtype cuopjit supports, else TypeError."""
+    name = str(dtype).replace("torch.", "")
+    try:
+        dt = np.dtype(name if isinstance(dtype, str) or "torch." in str(dtype) else dtype)
+    except TypeError:
+        dt = None
+    if dt not in DTYPES:
+        raise TypeError(f"dtype {dtype!r} is not supported: cuopjit tensors hold float32 or float64")
+    return dt
+
+
+def _shape(shape: Iterable[int] | int) -> tuple[int, ...]:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
+        raise ValueError(f"shape {shape!r} is not valid: dimensions must be integers >= 0")
+    return tuple(int(d) for d in shape)
+
+
+class Tensor:
+    """A device array. Owns its memory unless it is a view of another library's array or tensor."""
+
+    __slots__ = ("shape", "dtype", "size", "ptr", "device", "_nbytes", "_owner", "_owns", "__weakref__")
+
+    def __init__(self, shape: Iterable[int] | int, dtype: Any = np.float32, *, device: int | None = None):
+        self.shape = _shape(shape)
+        self.dtype = as_dtype(dtype)
+        self.size = math.prod(self.shape)
+        dev = driver.get_device(device)
+        self.device = dev.ordinal
+        self._nbytes = self.size * self.dtype.itemsize
+        self.ptr = memory.allocate(self._nbytes, self.device)
+        self._owner = None
+        self._owns = True
+        memory.track(self)
+
+    @classmethod
+    def _view(cls, ptr: int, shape: tuple[int, ...], dtype: np.dtype, device: int, owner: Any) -> "Tensor":
+        t = object.__new__(TensorDouble if dtype == np.float64 else TensorFloat)
+        t.shape, t.dtype, t.size, t.ptr, t.device = shape, dtype, math.prod(shape), ptr, device
+        t._nbytes, t._owner, t._owns = t.size * dtype.itemsize, owner, False
+        return t
+
+    # --- properties -------------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self._nbytes
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(shape={list(self.shape)}, dtype={self.dtype.name}, device={self.device})"
+
+    def __len__(self) -> int:
+        return self.shape[0] if self.shape else 1
+
+    # --- lifetime ---------------------------------------------------------------------------
+    def _release(self) -> None:
+        if self._owns and self.ptr:
+            memory.release(self.ptr, self._nbytes, self.device)
+        self.ptr, self._owns, self._owner = 0, False, None
+        self.shape = tuple(0 for _ in self.shape) if self.size else self.shape
+        self.size = 0
+
+    def __del__(self) -> None:
+        try:
+            self._release()
+        except Exception:  # interpreter shutdown: the driver may be gone already
+            pass
+
+    # --- data movement ----------------------------------------------------------------------
+    def _live(self) -> None:
+        if self.ptr == 0 and self._nbytes:
+            raise ValueError(f"{self!r} was released (its memory_context ended); create a new tensor")
+
+    def copy_from(self, src: Any) -> "Tensor":
+        """Copy from a NumPy array (host→device) or another Tensor (device→device); shapes must match."""
+        self._live()
+        drv = driver._driver()
+        driver.get_device(self.device)
+        if isinstance(src, Tensor):
+            _same_shape("src", src.shape, self.shape)
+            if src.dtype != self.dtype:
+                raise TypeError(f"copy_from: src is {src.dtype.name}, this tensor is {self.dtype.name}")
+            if self._nbytes:
+                check(drv.cuMemcpyDtoDAsync(self.ptr, src.ptr, self._nbytes, driver.STREAM), "cuMemcpyDtoDAsync")
+            return self
+        arr = np.ascontiguousarray(src, dtype=self.dtype)
+        _same_shape("src", arr.shape, self.shape)
+        if self._nbytes:
+            check(drv.cuMemcpyHtoD(self.ptr, arr.ctypes.data, self._nbytes), "cuMemcpyHtoD")
+        return self
+
+    def to_numpy(self) -> np.ndarray:
+        """A host copy (waits for the work queued before it)."""
+        self._live()
+        out = np.empty(self.shape, dtype=self.dtype)
+        if self._nbytes:
+            driver.get_device(self.device)
+            check(driver._driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, self._nbytes), "cuMemcpyDtoH")
+        return out
+
+    def fill(self, value: float) -> "Tensor":
+        """Set every element to `value` (NaN and inf included)."""
+        self._live()
+        if not self._nbytes:
+            return self
+        drv = driver._driver()
+        driver.get_device(self.device)
+        bits = np.array([value], dtype=self.dtype).view(np.uint32 if self.dtype == np.float32 else np.uint64)[0]
+        if self.dtype == np.float32:
+            check(drv.cuMemsetD32Async(self.ptr, int(bits), self.size, driver.STREAM), "cuMemsetD32Async")
+        else:
+            lo, hi = int(bits) & 0xFFFFFFFF, int(bits) >> 32
+            # a 2-D memset writes the low words (column 0) and high words (column 1) of each double
+            check(drv.cuMemsetD2D32Async(self.ptr, 8, lo, 1, self.size, driver.STREAM), "cuMemsetD2D32Async")
+            check(drv.cuMemsetD2D32Async(self.ptr + 4, 8, hi, 1, self.size, driver.STREAM), "cuMemsetD2D32Async")
+        return self
+
+    def zero(self) -> "Tensor":
+        """Set every element to 0."""
+        self._live()
+        if self._nbytes:
+            driver.get_device(self.device)
+            check(driver._driver().cuMemsetD8Async(self.ptr, 0, self._nbytes, driver.STREAM), "cuMemsetD8Async")
+        return self
+
+    def reshape(self, *shape: Any) -> "Tensor":
+        """A view with another shape and the same number of elements (shares memory)."""
+        shape = _shape(shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)
+        if math.prod(shape) != self.size:
+            raise ValueError(f"cannot reshape {list(self.shape)} ({self.size} elements) to {list(shape)}")
+        return Tensor._view(self.ptr, shape, self.dtype, self.device, self)
+
+    # --- interop ----------------------------------------------------------------------------
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        self._live()
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
+                "version": 3, "strides": None, "stream": 1}
+
+    def _memory_view(self):
+        from cuda.core import Buffer
+        from cuda.core.utils import StridedMemoryView
+        self._live()
+        buf = Buffer.from_handle(self.ptr, self._nbytes, owner=self)
+        return StridedMemoryView.from_buffer(buf, self.shape, dtype=self.dtype)
+
+    def __dlpack__(self, *, stream: int | None = None, max_version=None, dl_device=None, copy=None):
+        kwargs = {"stream": stream}
+        if max_version is not None:
+            kwargs["max_version"] = max_version
+        return self._memory_view().__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, self.device)  # kDLCUDA
+
+
+class TensorFloat(Tensor):
+    """A float32 tensor (cuOP `TensorFloat`)."""
+    __slots__ = ()
+
+    def __init__(self, shape: Iterable[int] | int, *, device: int | None = None):
+        super().__init__(shape, np.float32, device=device)
+
+
+class TensorDouble(Tensor):
+    """A float64 tensor (cuOP `TensorDouble`)."""
+    __slots__ = ()
+
+    def __init__(self, shape: Iterable[int] | int, *, device: int | None = None):
+        super().__init__(shape, np.float64, device=device)
+
+
+def _same_shape(name: str, got: Sequence[int], want: Sequence[int]) -> None:
+    if tuple(got) != tuple(want):
+        raise ValueError(f"{name} has shape {list(got)}, expected {list(want)}")
+
+
+def _new(shape, dtype) -> Tensor:
+    dt = as_dtype(dtype)
+    return (TensorDouble if dt == np.float64 else TensorFloat)(shape)
+
+
+def _is_device_array(obj: Any) -> bool:
+    if hasattr(obj, "__cuda_array_interface__"):
+        return True
+    dev = getattr(obj, "__dlpack_device__", None)
+    return dev is not None and dev()[0] in (2, 3)  # kDLCUDA, kDLCUDAHost
+
+
+def from_dlpack(obj: Any) -> Tensor:
+    """Wrap a GPU array (torch, CuPy, JAX, ...) without copying; it must be C-contiguous float32/float64."""
+    from cuda.core.utils import StridedMemoryView
+    view = StridedMemoryView(obj, stream_ptr=1)
+    dtype = as_dtype(view.dtype)
+    shape = tuple(view.shape)
+    if view.strides is not None:
+        expect, acc = [], 1
+        for d in reversed(shape):
+            expect.append(acc)
+            acc *= d
+        if tuple(s for s, d in zip(view.strides, shape) if d > 1) != tuple(
+                s for s, d in zip(reversed(expect), shape) if d > 1):
+            raise ValueError(f"array of shape {list(shape)} with strides {list(view.strides)} is not "
+                             "C-contiguous: make it contiguous first (e.g. x.contiguous())")
+    driver.get_device(view.device_id)
+    return Tensor._view(int(view.ptr), shape, dtype, view.device_id, (view, obj))
+
+
+def tensor(data: Any, dtype: Any = None) -> Tensor:
+    """A Tensor from a NumPy array / nested list (copied to the GPU) or a GPU array (wrapped, zero-copy)."""
+    if isinstance(data, Tensor):
+        return data
+    if _is_device_array(data):
+        t = from_dlpack(data)
+        if dtype is not None and as_dtype(dtype) != t.dtype:
+            raise TypeError(f"tensor(): the GPU array is {t.dtype.name}, dtype={dtype!r} asks for a copy; "
+                            "convert it in its own library first")
+        return t
+    arr = np.asarray(data)
+    if dtype is None:
+        if arr.dtype not in DTYPES:
+            if arr.dtype.kind in "iub" or arr.dtype == np.float16 or arr.dtype.kind == "O":
+                arr = arr.astype(np.float32)
+            else:
+                as_dtype(arr.dtype)
+        dtype = arr.dtype
+    return _new(arr.shape, dtype).copy_from(arr)
+
+
+def zeros(shape: Iterable[int] | int, dtype: Any = "float32") -> Tensor:
+    return _new(shape, dtype).zero()
+
+
+def ones(shape: Iterable[int] | int, dtype: Any = "float32") -> Tensor:
+    return _new(shape, dtype).fill(1.0)
+
+
+def empty(shape: Iterable[int] | int, dtype: Any = "float32") -> Tensor:
+    """Uninitialised memory: for outputs that a kernel writes in full."""
+    return _new(shape, dtype)
+
+
+def random(shape: Iterable[int] | int, dtype: Any = "float32", mean: float = 0.0, std: float = 1.0,
+           seed: int | None = None) -> Tensor:
+    """Normally distributed values (drawn on the host with NumPy's PCG64, then copied)."""
+    rng = np.random.default_rng(seed)
+    return tensor(rng.normal(mean, std, _shape(shape)).astype(as_dtype(dtype)))
+
+
+def eye(n: int, m: int | None = None, dtype: Any = "float32") -> Tensor:
+    return tensor(np.eye(n, m, dtype=as_dtype(dtype)))
+
+
+def linspace(start: float, stop: float, num: int = 50, dtype: Any = "float32") -> Tensor:
+    return tensor(np.linspace(start, stop, num, dtype=as_dtype(dtype)))
+
+
+def logspace(start: float, stop: float, num: int = 50, base: float = 10.0, dtype: Any = "float32") -> Tensor:
+    return tensor(np.logspace(start, stop, num, base=base, dtype=as_dtype(dtype)))
+
+
+def meshgrid(*xi: Any, indexing: str = "xy") -> list[Tensor]:
+    """Coordinate matrices from 1-D inputs (Tensors or arrays), as numpy.meshgrid."""
+    arrays = [x.to_numpy() if isinstance(x, Tensor) else np.asarray(x) for x in xi]
+    return [tensor(np.ascontiguousarray(g)) for g in np.meshgrid(*arrays, indexing=indexing)]

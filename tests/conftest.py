@@ -1,0 +1,49 @@
+"""Shared fixtures: a private cache per test, fresh random inputs, and the `gpu` marker's skip."""
+from __future__ import annotations
+
+import os
+import secrets
+
+import numpy as np
+import pytest
+
+from cuopjit.config import scoped_env
+
+
+def _has_gpu() -> bool:
+    from cuopjit import get_device_count
+    return get_device_count() > 0
+
+
+def pytest_collection_modifyitems(config, items):
+    if any("gpu" in item.keywords for item in items) and not _has_gpu():
+        skip = pytest.mark.skip(reason="no NVIDIA GPU on this machine")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    """Every test gets its own empty cache directory (CUOPJIT_CACHE_DIR)."""
+    path = tmp_path / "cuopjit-cache"
+    with scoped_env(cache_dir=str(path)):
+        yield path
+
+
+@pytest.fixture
+def rng(request):
+    """Fresh random inputs on every run; the seed is printed so a failure can be replayed."""
+    seed = int(os.environ.get("CUOPJIT_TEST_SEED") or secrets.randbits(32))
+    print(f"{request.node.name}: seed {seed} (CUOPJIT_TEST_SEED={seed} replays it)")
+    return np.random.default_rng(seed)
+
+
+def rel_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64; NaN anywhere in `out` gives inf."""
+    out = np.asarray(out, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if not np.all(np.isfinite(out)):
+        return float("inf")
+    denom = np.linalg.norm(ref)
+    return float(np.linalg.norm(out - ref) / (denom if denom else 1.0))

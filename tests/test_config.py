@@ -1,0 +1,132 @@
+"""JITConfig / GlobalJITConfig validation, snapshots, environment variables, and no dead options."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import cuopjit
+from cuopjit.config import JITConfig, environment, parse_size, scoped_env
+from cuopjit.ops import FAMILIES
+
+
+def test_defaults_follow_the_cuop_fields():
+    cfg = cuopjit.JITConfig()
+    fields = {f.name for f in dataclasses.fields(cfg)}
+    assert fields == {"enable_jit", "kernel_type", "tile_size", "block_size", "optimization_level",
+                      "enable_tensor_core", "enable_tma", "max_registers", "enable_shared_memory_opt",
+                      "enable_loop_unroll", "enable_memory_coalescing"}
+    g = cuopjit.GlobalJITConfig()
+    assert {f.name for f in dataclasses.fields(g)} == {
+        "enable_jit", "enable_auto_tuning", "enable_caching", "cache_dir", "max_cache_size",
+        "compilation_timeout", "max_compilation_threads", "enable_debug"}
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("tile_size", 3, r"tile_size=3 is not allowed: choose one of 0, 8, 16, 32, 64, 128, 256"),
+    ("block_size", 100, r"block_size=100 is not allowed: choose one of 0, 32, 64"),
+    ("kernel_type", "fancy", r"kernel_type='fancy' is not allowed: choose one of 'auto', 'simple'"),
+    ("optimization_level", "O4", r"optimization_level='O4' is not allowed: choose one of 'O0'"),
+    ("max_registers", 8, r"max_registers=8 is not allowed: it must be an integer from 16 to 255"),
+    ("enable_tensor_core", 1, r"enable_tensor_core=1 is not allowed: it must be True or False"),
+])
+def test_bad_jit_values_name_field_value_and_choices(field, value, message):
+    cfg = cuopjit.JITConfig()
+    with pytest.raises(ValueError, match=message):
+        setattr(cfg, field, value)
+
+
+def test_unknown_field_is_rejected():
+    with pytest.raises(AttributeError, match="JITConfig has no field 'tile'"):
+        cuopjit.JITConfig().tile = 64
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("compilation_timeout", -1, r"compilation_timeout=-1 is not allowed: it must be seconds > 0"),
+    ("max_compilation_threads", 0, r"max_compilation_threads=0 is not allowed: it must be an integer from 1"),
+    ("max_cache_size", "lots", r"size 'lots' is not understood"),
+    ("enable_caching", "yes", r"enable_caching='yes' is not allowed: it must be True or False"),
+])
+def test_bad_global_values(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        setattr(cuopjit.GlobalJITConfig(), field, value)
+
+
+def test_global_sizes_and_cache_dir(tmp_path):
+    g = cuopjit.GlobalJITConfig()
+    g.max_cache_size = "2GiB"
+    assert g.max_cache_size == 2 << 30
+    g.cache_dir = tmp_path
+    assert g.resolved_cache_dir() == tmp_path
+    assert parse_size("500M") == 500 << 20 and parse_size("1.5KiB") == 1536 and parse_size(7) == 7
+
+
+def test_cache_dir_comes_from_env_then_platformdirs(tmp_path):
+    g = cuopjit.GlobalJITConfig()
+    with scoped_env(cache_dir=str(tmp_path / "x")):
+        assert g.resolved_cache_dir() == tmp_path / "x"
+    with scoped_env(cache_dir=None):
+        assert "cuopjit" in str(g.resolved_cache_dir())
+
+
+def test_env_values_are_validated():
+    with scoped_env(log="loud"), pytest.raises(ValueError, match="CUOPJIT_LOG='loud' is not understood"):
+        environment()
+    with scoped_env(max_cache_size="3G"):
+        assert environment().max_cache_size == 3 << 30
+    with scoped_env(debug="maybe"), pytest.raises(ValueError, match="CUOPJIT_DEBUG='maybe' is not understood"):
+        environment()
+
+
+def test_snapshot_is_frozen_and_hashable():
+    cfg = cuopjit.JITConfig()
+    cfg.tile_size = 64
+    snap = cfg.snapshot()
+    assert snap.tile_size == 64 and hash(snap) == hash(cfg.snapshot())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snap.tile_size = 32
+    cfg.tile_size = 128
+    assert snap.tile_size == 64
+
+
+def test_default_jit_config_is_a_fresh_copy():
+    a = cuopjit.get_default_jit_config()
+    a.tile_size = 64
+    assert cuopjit.get_default_jit_config().tile_size == 0
+    assert cuopjit.get_default_global_jit_config() is cuopjit.get_default_global_jit_config()
+
+
+ALTERNATIVES = {"kernel_type": ["simple", "tiled", "warp_optimized", "tensor_core"],
+                "tile_size": [8, 16, 32, 64, 128, 256], "block_size": [32, 64, 128, 256, 512, 1024],
+                "optimization_level": ["O0", "O2"], "enable_tensor_core": [True], "enable_tma": [True],
+                "max_registers": [64], "enable_shared_memory_opt": [False], "enable_loop_unroll": [False],
+                "enable_memory_coalescing": [False]}
+
+
+def _generated(op) -> list:
+    """What a config decides: each kernel's source and NVRTC options."""
+    from cuopjit import kernels
+    return [(kernels.source(s), kernels._options(s, "sm_90").flags()) for s in op.specs()]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_field_changes_the_code_or_raises(family):
+    cls = FAMILIES[family][0]
+    base = _generated(cls())
+    for field, values in ALTERNATIVES.items():
+        accepted, changed = 0, 0
+        for value in values:
+            cfg = JITConfig()
+            setattr(cfg, field, value)
+            op = cls()
+            try:
+                op._configure(cfg.snapshot(), None)
+            except ValueError as exc:
+                assert field in str(exc), f"{cls.__name__}: the error for {field}={value!r} must name it: {exc}"
+                continue
+            accepted += 1
+            changed += _generated(op) != base
+        # an explicit choice may equal what "auto" picks (an operator with one kernel type accepts
+        # its name), but otherwise some accepted value must matter
+        single_kernel = field == "kernel_type" and len(cls.kernel_types) <= 2
+        assert not accepted or changed or single_kernel, f"{cls.__name__}: no value of {field} changes the generated code"

@@ -128,6 +128,7 @@ def memory_info() -> tuple[int, int]:
     return check(_driver().cuMemGetInfo(), "cuMemGetInfo")
 
 
+@functools.cache
 def driver_version() -> str:
     v = check(_driver().cuDriverGetVersion(), "cuDriverGetVersion")
     return f"{v // 1000}.{(v % 1000) // 10}"

@@ -87,8 +87,11 @@ class JITWrapper:
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the wrapped operator under this wrapper's settings, timed for the profile."""
         settings = self._settings()
+        if settings[2]:  # auto-tuning: one decision per shape bucket
+            from .tuning import record_key
+            settings = settings + (record_key(self.operator, args),)
         if settings != self._applied:
-            cfg, directory, tune = settings
+            cfg, directory, tune = settings[:3]
             if tune:
                 from .tuning import tuned_config
                 cfg = tuned_config(self.operator, self._config, directory, args, kwargs)

@@ -213,7 +213,7 @@ def _is_device_array(obj: Any) -> bool:
 def from_dlpack(obj: Any) -> Tensor:
     """Wrap a GPU array (torch, CuPy, JAX, ...) without copying; it must be C-contiguous float32/float64."""
     from cuda.core.utils import StridedMemoryView
-    view = StridedMemoryView(obj, stream_ptr=1)
+    view = StridedMemoryView.from_any_interface(obj, stream_ptr=1)
     dtype = as_dtype(view.dtype)
     shape = tuple(view.shape)
     if view.strides is not None:

@@ -94,7 +94,9 @@ def import_bundle(layer: Layer, path: str | os.PathLike) -> BundleResult:
     try:
         tar = tarfile.open(path, mode="r:*")
     except (OSError, tarfile.TarError) as exc:
-        raise BundleError(f"{path} is not a readable cuopjit bundle ({exc}); make one with `cuopjit cache export`")
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not a tar archive"
+        raise BundleError(f"{path} is not a readable cuopjit bundle ({why}); "
+                          "make one with `cuopjit cache export`") from None
     with tar:
         manifest = _manifest(tar, path)
         for item in manifest["entries"]:

@@ -96,6 +96,18 @@ def remove_orphan_tmps(directory: Path, target_name: str | None = None) -> int:
     return removed
 
 
+def writer_alive(tmp_name: str) -> bool:
+    """Whether the process that made temp file `tmp_name` still runs (pid from the name; unknown = alive)."""
+    try:
+        pid = int(tmp_name.rsplit(TMP_MARK, 1)[1].split(".")[0])
+        os.kill(pid, 0)
+    except (IndexError, ValueError, PermissionError):
+        return True
+    except ProcessLookupError:
+        return False
+    return True
+
+
 class LockTimeout(Exception):
     """The lock was still held after the timeout."""
 

@@ -93,7 +93,11 @@ class KernelCache:
             for layer in self.readonly:
                 if (cubin := self._load(layer, spec)) is not None:
                     return cubin
-        return self._load(self.layer, spec) if self.readable else None
+        if self.layer is not None and (problem := self.layer.dir_problem()):
+            warn_once(f"untrusted:{self.layer.root}", f"cache: {problem}; until then compiled kernels are kept "
+                      "in memory only")
+            return None
+        return self._load(self.layer, spec) if self.layer is not None else None
 
     def _load(self, layer: Layer, spec: EntrySpec) -> bytes | None:
         """Read and verify one layer's entry; a bad entry is rejected (moved aside when writable)."""
@@ -142,7 +146,7 @@ class KernelCache:
                 locked = True
             except fsio.LockTimeout:
                 warn_once(f"locktimeout:{spec.key}", f"cache: another process has been compiling {spec.name} for "
-                          f"over {timeout:.0f} s (compilation_timeout); compiling it here as well")
+                          f"over {timeout:g} s (compilation_timeout); compiling it here as well")
             except OSError as exc:
                 self._writes_failed(exc)
         with stack:

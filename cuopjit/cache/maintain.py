@@ -78,7 +78,8 @@ def verify(layers: list[Layer], fix: bool = False) -> VerifyReport:
 
 
 def remove_idle_tmps(layer: Layer) -> int:
-    """Delete temp files left by killed writers, skipping any whose entry is being written right now."""
+    """Delete temp files left by killed writers: entry temps whose key lock is free, record temps whose
+    writer is gone (stats temps are cleaned by the next counter update)."""
     removed = 0
     with contextlib.suppress(FileNotFoundError):
         for e in list(os.scandir(layer.kernels)):
@@ -90,6 +91,12 @@ def remove_idle_tmps(layer: Layer) -> int:
             with contextlib.suppress(fsio.LockTimeout, OSError), \
                     fsio.file_lock(layer.lock_path(target), timeout=0):
                 removed += fsio.remove_orphan_tmps(layer.kernels, target)
+    for directory in _subdirs(layer.records):
+        for e in list(os.scandir(directory)):
+            if fsio.TMP_MARK in e.name and not fsio.writer_alive(e.name):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(e.path)
+                    removed += 1
     return removed
 
 

@@ -66,6 +66,7 @@ class StatsFile:
 
     def _update(self, change) -> dict[str, float]:
         with fsio.file_lock(self.lock, timeout=10.0):
+            fsio.remove_orphan_tmps(self.path.parent, self.path.name)
             totals = self.read()
             totals.update(change(totals))
             fsio.atomic_write(self.path, json.dumps(totals).encode(), durable=False)

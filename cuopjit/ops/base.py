@@ -98,6 +98,10 @@ class Operator:
         """(floating-point operations, bytes moved) of one forward with these arguments."""
         return 0.0, 0.0
 
+    def tuning_candidates(self, cfg: ConfigSnapshot) -> list[ConfigSnapshot]:
+        """Configs auto-tuning may time for this operator, derived from `cfg`; none means nothing to tune."""
+        return []
+
     def specs(self) -> list[kernels.KernelSpec]:
         """The kernels this operator uses under its current config, for prewarm and show."""
         return []

@@ -1,11 +1,16 @@
 """GemmFloat / GemmDouble: C = alpha * op(A) @ op(B) + beta * C, row-major, any M, N, K >= 1."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+
+from ..config import ConfigSnapshot
 
 from ..tensor import Tensor
 from .base import Operator
-from .gemm_kernels import KERNEL_TYPES, TILE_SIZES, BLOCK_SIZES, SUPPORTS_TENSOR_CORE, gemm_kernel
+from .gemm_kernels import (BLOCK_SIZES, KERNEL_TYPES, SUPPORTS_TENSOR_CORE, TILE_SIZES, allowed_combinations,
+                           gemm_kernel)
 
 
 class Gemm(Operator):
@@ -85,6 +90,13 @@ class Gemm(Operator):
         k = a.shape[0] if self.trans_a else a.shape[1]
         return 2.0 * m * n * k, float((a.size + self._weight.size + c.size * (2 if self.beta else 1))
                                       * self.dtype.itemsize)
+
+    def tuning_candidates(self, cfg: ConfigSnapshot) -> list[ConfigSnapshot]:
+        """Every allowed (tile_size, block_size) of the kernel kind `cfg` selects, when both are left at 0."""
+        if cfg.tile_size or cfg.block_size:
+            return []
+        combos = allowed_combinations(self.dtype, cfg.enable_tensor_core or cfg.kernel_type == "tensor_core")
+        return [dataclasses.replace(cfg, tile_size=t, block_size=b) for t, b in combos]
 
     def specs(self) -> list:
         """Representative kernels: large and small square problems, aligned and unaligned, odd shapes."""

@@ -21,10 +21,10 @@ import numpy as np
 from ..config import ConfigSnapshot
 
 TEMPLATE = "gemm.cu.jinja"
-KERNEL_TYPES = ("auto", "tiled")
+KERNEL_TYPES = ("auto", "tiled", "tensor_core")
 TILE_SIZES = (0, 32, 64, 128)          # 0 = chosen by shape
 BLOCK_SIZES = (0, 64, 128, 256)        # 0 = the tile's default
-SUPPORTS_TENSOR_CORE = False
+SUPPORTS_TENSOR_CORE = True
 SM_COUNT = 132  # H100 SXM; only steers the automatic tile choice
 
 
@@ -33,7 +33,7 @@ class TileShape:
     """One allowed (tile_size, block_size) combination and the thread tile it implies."""
     tile: int      # BM = BN
     threads: int
-    tm: int        # thread tile rows (TM) and columns (TN)
+    tm: int        # SIMT: thread tile rows (TM) and columns (TN); tensor core: warps along M and N
     tn: int
     bk: int        # k-depth of a shared-memory tile
 
@@ -41,7 +41,7 @@ class TileShape:
 # Per dtype: every valid (tile_size, block_size); the first entry for a tile is its default block size.
 _SHAPES: dict[str, tuple[TileShape, ...]] = {
     "float32": (
-        TileShape(128, 256, 8, 8, 8),
+        TileShape(128, 256, 8, 8, 16),
         TileShape(64, 64, 8, 8, 8),
         TileShape(64, 128, 8, 4, 8),
         TileShape(64, 256, 4, 4, 16),
@@ -54,12 +54,19 @@ _SHAPES: dict[str, tuple[TileShape, ...]] = {
         TileShape(32, 64, 4, 4, 8),
     ),
 }
+# Tensor-core (mma.sync) kernels: float32 as TF32 m16n8k8, float64 as DMMA m8n8k4.
+_MMA_SHAPES: dict[str, tuple[TileShape, ...]] = {
+    "float32": (TileShape(128, 256, 2, 4, 16), TileShape(64, 128, 2, 2, 16), TileShape(32, 64, 2, 1, 16)),
+    "float64": (TileShape(128, 256, 2, 4, 8), TileShape(64, 128, 2, 2, 16), TileShape(32, 64, 2, 1, 16)),
+}
+# Padding (scalars) that makes each kind's shared-memory reads conflict-free.
+_PAD = {("float32", False): 4, ("float64", False): 2, ("float32", True): 8, ("float64", True): 4}
 _SCALAR = {"float32": ("float", "f32"), "float64": ("double", "f64")}
 
 
-def allowed_combinations(dtype: np.dtype) -> list[tuple[int, int]]:
+def allowed_combinations(dtype: np.dtype, tensor_core: bool = False) -> list[tuple[int, int]]:
     """The (tile_size, block_size) pairs GEMM accepts for `dtype` (0 in either field means auto)."""
-    return [(s.tile, s.threads) for s in _SHAPES[_dtype_name(dtype)]]
+    return [(s.tile, s.threads) for s in (_MMA_SHAPES if tensor_core else _SHAPES)[_dtype_name(dtype)]]
 
 
 def _dtype_name(dtype: np.dtype) -> str:
@@ -69,9 +76,9 @@ def _dtype_name(dtype: np.dtype) -> str:
     return name
 
 
-def _pick_shape(dtype: str, cfg: ConfigSnapshot, M: int, N: int) -> TileShape:
+def _pick_shape(dtype: str, cfg: ConfigSnapshot, M: int, N: int, tensor_core: bool) -> TileShape:
     """Validate tile_size/block_size against the allowed grid; choose by shape where they are 0."""
-    shapes = _SHAPES[dtype]
+    shapes = (_MMA_SHAPES if tensor_core else _SHAPES)[dtype]
     tiles = sorted({s.tile for s in shapes}, reverse=True)
     combos = ", ".join(f"{s.tile}/{s.threads}" for s in shapes)
     if cfg.tile_size and cfg.tile_size not in tiles:
@@ -88,18 +95,20 @@ def _pick_shape(dtype: str, cfg: ConfigSnapshot, M: int, N: int) -> TileShape:
         if s.tile == tile and (cfg.block_size in (0, s.threads)):
             return s
     raise ValueError(f"GEMM tile_size={cfg.tile_size}, block_size={cfg.block_size} is not a valid combination "
-                     f"for {dtype}: valid tile_size/block_size pairs are {combos} (0 = auto)")
+                     f"for {dtype}{' tensor-core' if tensor_core else ''} GEMM: valid tile_size/block_size pairs are {combos} (0 = auto)")
 
 
-def _check_kernel_choice(cfg: ConfigSnapshot) -> None:
+def _use_tensor_core(cfg: ConfigSnapshot) -> bool:
+    """True for the mma.sync kernel: enable_tensor_core or kernel_type 'tensor_core' (never chosen by 'auto')."""
     if cfg.enable_tma:
         raise ValueError("GEMM has no TMA kernel: set enable_tma=False")
-    if cfg.enable_tensor_core or cfg.kernel_type == "tensor_core":
-        raise ValueError("GEMM has no tensor-core kernel yet: set enable_tensor_core=False and "
-                         "kernel_type to 'auto' or 'tiled'")
     if cfg.kernel_type not in KERNEL_TYPES:
         raise ValueError(f"GEMM kernel_type={cfg.kernel_type!r} is not allowed: choose one of "
                          f"{', '.join(map(repr, KERNEL_TYPES))}")
+    if cfg.kernel_type == "tiled" and cfg.enable_tensor_core:
+        raise ValueError("GEMM kernel_type='tiled' is the FMA kernel but enable_tensor_core=True: "
+                         "set kernel_type='tensor_core' (or 'auto'), or enable_tensor_core=False")
+    return cfg.enable_tensor_core or cfg.kernel_type == "tensor_core"
 
 
 def gemm_kernel(dtype: np.dtype, cfg: ConfigSnapshot, M: int, N: int, K: int, trans_a: bool, trans_b: bool,
@@ -113,20 +122,23 @@ def gemm_kernel(dtype: np.dtype, cfg: ConfigSnapshot, M: int, N: int, K: int, tr
     name = _dtype_name(dtype)
     if min(M, N, K) < 1:
         raise ValueError(f"GEMM needs M, N, K >= 1, got M={M}, N={N}, K={K}")
-    _check_kernel_choice(cfg)
-    shape = _pick_shape(name, cfg, M, N)
+    tc = _use_tensor_core(cfg)
+    shape = _pick_shape(name, cfg, M, N, tc)
     scalar, short = _SCALAR[name]
     r = 16 // np.dtype(dtype).itemsize
     vec = r if (cfg.enable_memory_coalescing and aligned) else 1
-    pad = r if cfg.enable_shared_memory_opt else 0
+    pad = _PAD[name, tc] if cfg.enable_shared_memory_opt else 0
     params = {
-        "scalar_t": scalar, "unroll": bool(cfg.enable_loop_unroll),
-        "BM": shape.tile, "BN": shape.tile, "BK": shape.bk, "TM": shape.tm, "TN": shape.tn,
-        "R": r, "VEC": vec, "PAD": pad, "trans_a": bool(trans_a), "trans_b": bool(trans_b),
-        "min_blocks": 2 if name == "float32" and shape.threads >= 256 and vec > 1 else 1,
+        "scalar_t": scalar, "unroll": bool(cfg.enable_loop_unroll), "mma": tc,
+        "BM": shape.tile, "BN": shape.tile, "BK": shape.bk, "R": r, "VEC": vec, "PAD": pad,
+        "trans_a": bool(trans_a), "trans_b": bool(trans_b),
+        "min_blocks": 2 if name == "float32" and shape.threads >= 256 and vec > 1 and not tc else 1,
     }
+    params.update({"WARPS_M": shape.tm, "WARPS_N": shape.tn} if tc else {"TM": shape.tm, "TN": shape.tn})
     ops = ("t" if trans_a else "n") + ("t" if trans_b else "n")
-    readable = (f"gemm_{short}_t{shape.tile}x{shape.tile}x{shape.bk}_r{shape.tm}x{shape.tn}_{ops}_v{vec}"
+    kind = (f"{'tf32' if name == 'float32' else 'dmma'}_w{shape.tm}x{shape.tn}" if tc
+            else f"r{shape.tm}x{shape.tn}")
+    readable = (f"gemm_{short}_t{shape.tile}x{shape.tile}x{shape.bk}_{kind}_{ops}_v{vec}"
                 + ("" if pad else "_nopad") + ("" if cfg.enable_loop_unroll else "_nounroll"))
     grid = (-(-N // shape.tile), -(-M // shape.tile), 1)
     return TEMPLATE, readable, params, grid, (shape.threads, 1, 1), 0

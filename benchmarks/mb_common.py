@@ -1,0 +1,83 @@
+"""Shared pieces of the memory-bound benchmark (benchmarks/memory_bound.py).
+
+Workload format: each `mb_*.py` module exports `WORKLOADS`, a list of dicts:
+
+    {
+      "name":  "axpy",                # what --only matches (substring); unique together with dtype
+      "dtype": "float32",             # "float32" / "float64" (what --dtype filters on)
+      "shape": [268435456],           # for the table and the JSON, informational
+      "bytes": 3 * 2**30,             # bytes one call must move (each input read once, each output written once)
+      "goal":  ">= 0.97x PyTorch and >= 93% of copy",   # human-readable
+      "goal_torch": 0.97,             # ratio cuopjit/PyTorch throughput required (None: no such goal)
+      "goal_copy": 0.93,              # fraction of the copy bandwidth required (None: no such goal)
+      "setup": callable,              # () -> dict(run_cuopjit=f(i), run_torch=g(i), check=h() or None)
+    }
+
+`setup` allocates the buffers only when the workload runs (so 1 GiB workloads don't all live
+at once) and returns the two callables; each takes the iteration number `i` so that
+workloads small enough to sit in L2 can rotate among several buffer sets (`rotation()`).
+`check()` (optional) returns a relative error of cuopjit against PyTorch, computed once.
+A dict may also carry "run_cuopjit"/"run_torch" directly instead of "setup".
+
+Timing: `time_ms(fn)` records a pair of CUDA events around each call (after warm-up) and
+returns the median of at least 20 calls. The copy reference (`copy_bandwidth`) is a 1 GiB
+torch `copy_` measured in the same run.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Callable
+
+GIB = 1 << 30
+L2_BYTES = 50 * 10**6  # H100; rotate buffers while a call's bytes stay under 4x this
+
+
+def rotation(bytes_per_call: int, l2_bytes: int = L2_BYTES) -> int:
+    """How many buffer sets to rotate among so that repeated calls don't hit in L2."""
+    if bytes_per_call >= 4 * l2_bytes:
+        return 1
+    return max(2, -(-4 * l2_bytes // max(bytes_per_call, 1)))
+
+
+def time_ms(fn: Callable[[int], object], warmup: int = 5, repeat: int = 30, min_repeat: int = 20) -> dict:
+    """Median / min / max milliseconds of fn(i), each call between two CUDA events."""
+    import torch
+    repeat = max(repeat, min_repeat)
+    for i in range(warmup):
+        fn(i)
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
+    for i in range(repeat):
+        starts[i].record()
+        fn(warmup + i)
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times), "n": repeat}
+
+
+def copy_bandwidth(nbytes: int = GIB) -> dict:
+    """The device's copy bandwidth through torch `copy_` (bytes read + written per second)."""
+    import torch
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    t = time_ms(lambda i: dst.copy_(src))
+    del src, dst
+    torch.cuda.empty_cache()
+    return {"bytes": 2 * nbytes, **t, "gbps": 2 * nbytes / t["median_ms"] / 1e6}
+
+
+def to_cuopjit(t):
+    """A cuopjit Tensor sharing `t`'s memory (DLPack), or a device copy if zero-copy wrapping fails."""
+    import cuopjit
+    try:
+        return cuopjit.tensor(t)
+    except Exception as exc:  # interop trouble: fall back to a copy through the host
+        print(f"  (zero-copy wrap failed: {type(exc).__name__}: {exc}; copying through the host)")
+        return cuopjit.tensor(t.detach().cpu().numpy())
+
+
+def torch_dtype(name: str):
+    import torch
+    return {"float32": torch.float32, "float64": torch.float64}[name]

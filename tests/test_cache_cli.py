@@ -1,0 +1,122 @@
+"""`cuopjit cache ls/stats/clear/verify/prune/export/import`, and `prewarm --bundle`."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cache_fakes import fake_cubin, make_spec
+from cuopjit.cache import KernelCache
+from cuopjit.cli import main
+from cuopjit.config import get_default_global_jit_config
+
+REPO = Path(__file__).resolve().parents[1]
+SUBCOMMANDS = ("ls", "stats", "clear", "verify", "prune", "export", "import")
+
+
+def _fill(root, n=3):
+    cache = KernelCache(root)
+    for i in range(n):
+        cache.get_or_build(make_spec(i), lambda i=i: fake_cubin(make_spec(i)))
+    return cache
+
+
+def _cli(capsys, *argv) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.mark.parametrize("sub", SUBCOMMANDS)
+def test_every_subcommand_has_help_with_cache_dir(sub, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["cache", sub, "--help"])
+    assert exc.value.code == 0
+    assert "--cache-dir DIR" in capsys.readouterr().out
+
+
+def test_ls_shows_names_arch_params_and_readonly_layers(cache_dir, tmp_path, capsys, monkeypatch):
+    _fill(cache_dir, 2)
+    ro = tmp_path / "ro"
+    KernelCache(ro).get_or_build(make_spec(9, "sm_80"), lambda: fake_cubin(make_spec(9, "sm_80")))
+    monkeypatch.setenv("CUOPJIT_CACHE_READONLY", str(ro))
+    rc, out, _ = _cli(capsys, "cache", "ls")
+    assert rc == 0 and out.splitlines()[-1] == "3 entries"
+    assert any(line.startswith("fake_k1_sm90 ") and "sm_90" in line and "fake.cu.jinja i=1" in line
+               for line in out.splitlines())
+    assert any(line.startswith("fake_k9_sm80 ") and line.endswith("[read-only]") for line in out.splitlines())
+
+
+def test_stats_json_from_another_process_sees_this_process_counts(cache_dir):
+    cache = _fill(cache_dir, 3)
+    KernelCache(cache_dir).get_or_build(make_spec(0), lambda: b"")
+    cache.layer.entry_path(make_spec(1)).write_bytes(b"junk")
+    KernelCache(cache_dir).get_or_build(make_spec(1), lambda: fake_cubin(make_spec(1)))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "cuopjit.cli", "cache", "stats", "--json", "--cache-dir",
+                           str(cache_dir)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout)
+    assert (s["entries"], s["hits"], s["misses"], s["compiles"], s["rejected"]) == (3, 1, 4, 4, 1)
+    assert s["bytes"] > 3 * 4096 and s["writable"] is True and s["directory"] == str(cache_dir)
+
+
+def test_verify_exits_nonzero_on_bad_entries_and_fix_moves_them(cache_dir, capsys):
+    cache = _fill(cache_dir)
+    assert _cli(capsys, "cache", "verify")[:2] == (0, "3 entries ok, 0 bad\n")
+    bad = cache.layer.entry_path(make_spec(2))
+    bad.write_bytes(bad.read_bytes()[:100])
+    rc, out, _ = _cli(capsys, "cache", "verify")
+    assert rc == 1 and f"BAD {bad}: truncated:" in out and out.endswith("2 entries ok, 1 bad\n")
+    rc, out, _ = _cli(capsys, "cache", "verify", "--fix")
+    assert rc == 1 and "moved 1 aside" in out and not bad.exists()
+    assert _cli(capsys, "cache", "verify")[0] == 0
+
+
+def test_prune_and_clear(cache_dir, capsys):
+    _fill(cache_dir, 4)
+    rc, out, _ = _cli(capsys, "cache", "prune", "--max-size", "10K")
+    assert rc == 0 and out.startswith("evicted 2 entries")
+    rc, out, _ = _cli(capsys, "cache", "clear")
+    assert (rc, out) == (0, f"removed 2 entries from {cache_dir}\n")
+    assert KernelCache(cache_dir).stats().entries == 0 and KernelCache(cache_dir).stats().compiles == 0
+
+
+def test_bad_input_exits_nonzero_with_one_line_reason(cache_dir, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["cache", "prune", "--max-size", "lots"])
+    assert exc.value.code == 2
+    assert "argument --max-size: size 'lots' is not understood: write a number of bytes or e.g. 500M" in \
+        capsys.readouterr().err
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"junk")
+    rc, _, err = _cli(capsys, "cache", "import", str(junk))
+    assert rc == 1 and err == (f"cuopjit cache: error: {junk} is not a readable cuopjit bundle (not a tar archive); "
+                               "make one with `cuopjit cache export`\n")
+    rc, _, err = _cli(capsys, "cache", "import", str(tmp_path / "missing.tar.gz"))
+    assert rc == 1 and "missing.tar.gz is not a readable cuopjit bundle (No such file or directory)" in err
+
+
+def test_export_then_import_with_cache_dir(cache_dir, tmp_path, capsys):
+    _fill(cache_dir, 3)
+    bundle = tmp_path / "b.tar.gz"
+    assert _cli(capsys, "cache", "export", str(bundle))[:2] == (0, f"exported 3 entries and 0 records to {bundle}\n")
+    rc, out, _ = _cli(capsys, "cache", "import", str(bundle), "--cache-dir", str(tmp_path / "other"))
+    assert (rc, out) == (0, "imported 3 entries and 0 records (0 already present, 0 bad)\n")
+
+
+def test_prewarm_bundle_builds_a_bundle_without_a_gpu(cache_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(get_default_global_jit_config(), "cache_dir", None)
+    bundle = tmp_path / "prewarmed.tar.gz"
+    rc, out, err = _cli(capsys, "prewarm", "--arch", "sm_80", "--op", "gemm", "--dtype", "float32",
+                        "--cache-dir", str(cache_dir), "--bundle", str(bundle), "--quiet")
+    assert rc == 0, err
+    assert f"bundle written to {bundle}" in out
+    target = KernelCache(tmp_path / "target")
+    result = target.import_bundle(bundle)
+    assert result.entries > 0 and result.bad == []
+    assert all(e.arch == "sm_80" and e.template == "gemm.cu.jinja" for e in target.entries())

@@ -9,11 +9,19 @@ from .errors import CompileError, CuopjitError, ExecutionError, MemoryError, NoD
 from .jit import JITWrapper
 from .memory import empty_cache, memory_context
 from .ops import GemmDouble, GemmFloat
+from .ops import (AveragePool2DDouble, AveragePool2DFloat, AxpyDouble, AxpyFloat, CopyDouble, CopyFloat, DotDouble,
+                  DotFloat, FlattenDouble, FlattenFloat, GlobalAveragePool2DDouble, GlobalAveragePool2DFloat,
+                  GlobalMaxPool2DDouble, GlobalMaxPool2DFloat, MaxPool2DDouble, MaxPool2DFloat, ReluDouble,
+                  ReluFloat, ScalDouble, ScalFloat, ViewDouble, ViewFloat)
 from .profile import PerformanceProfile, benchmark
 from .system import get_device, get_device_count, get_memory_info, print_system_info, set_device
 from .tensor import (Tensor, TensorDouble, TensorFloat, empty, eye, from_dlpack, linspace, logspace,
                      meshgrid, ones, random, tensor, zeros)
 from .wrappers import JITGemmDouble, JITGemmFloat
+from .wrappers import JITReluDouble, JITReluFloat
+from .ops import BatchNormDouble, BatchNormFloat, LayerNormDouble, LayerNormFloat, SoftmaxDouble, SoftmaxFloat
+from .wrappers import (JITBatchNormDouble, JITBatchNormFloat, JITLayerNormDouble, JITLayerNormFloat,
+                       JITSoftmaxDouble, JITSoftmaxFloat)
 
 __all__ = [
     "__version__", "JITConfig", "GlobalJITConfig", "get_default_jit_config", "get_default_global_jit_config",
@@ -23,4 +31,12 @@ __all__ = [
     "get_device_count", "get_device", "set_device", "synchronize", "get_memory_info", "print_system_info",
     "empty_cache", "memory_context", "benchmark", "PerformanceProfile",
     "GemmFloat", "GemmDouble", "JITWrapper", "JITGemmFloat", "JITGemmDouble",
+    "ScalFloat", "ScalDouble", "AxpyFloat", "AxpyDouble", "CopyFloat", "CopyDouble", "DotFloat", "DotDouble",
+    "ReluFloat", "ReluDouble", "JITReluFloat", "JITReluDouble",
+    "MaxPool2DFloat", "MaxPool2DDouble", "AveragePool2DFloat", "AveragePool2DDouble",
+    "GlobalMaxPool2DFloat", "GlobalMaxPool2DDouble", "GlobalAveragePool2DFloat", "GlobalAveragePool2DDouble",
+    "FlattenFloat", "FlattenDouble", "ViewFloat", "ViewDouble",
+    "SoftmaxFloat", "SoftmaxDouble", "LayerNormFloat", "LayerNormDouble", "BatchNormFloat", "BatchNormDouble",
+    "JITSoftmaxFloat", "JITSoftmaxDouble", "JITLayerNormFloat", "JITLayerNormDouble", "JITBatchNormFloat",
+    "JITBatchNormDouble",
 ]

@@ -106,6 +106,11 @@ def get_device(ordinal: int | None = None) -> Device:
     return dev
 
 
+def thread_ordinal() -> int | None:
+    """The device whose context cuopjit made current on this thread, or None."""
+    return getattr(_tls, "ordinal", None)
+
+
 def current_ordinal() -> int:
     return _state["current"]
 

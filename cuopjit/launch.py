@@ -60,4 +60,16 @@ class Launch:
         err, = self._launch(self._handle, g[0], g[1], g[2], b[0], b[1], b[2], self.shared, driver.STREAM,
                             self._address, 0)
         if err != self._success:
-            check((err,), "cuLaunchKernel")
+            self._recover(err, pointers)
+
+    def _recover(self, err, pointers: tuple) -> None:
+        """The slow path of a failed launch: a thread with no current context gets the kernel's, once."""
+        device = self.function.device
+        if driver.thread_ordinal() is None:
+            device.make_current()
+            return self(*pointers)
+        if driver.thread_ordinal() != device.ordinal:
+            raise ValueError(f"this launch belongs to device {device.ordinal} (where its tensors are) but the "
+                             f"current device is {driver.thread_ordinal()}: call "
+                             f"cuopjit.set_device({device.ordinal}) first")
+        check((err,), "cuLaunchKernel")

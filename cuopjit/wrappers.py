@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from .jit import JITWrapper
 from .ops import GemmDouble, GemmFloat
+from .ops import ReluDouble, ReluFloat
+from .ops import (BatchNormDouble, BatchNormFloat, LayerNormDouble, LayerNormFloat, SoftmaxDouble,
+                  SoftmaxFloat)
 
 
 class JITGemmFloat(JITWrapper):
@@ -11,3 +14,35 @@ class JITGemmFloat(JITWrapper):
 
 class JITGemmDouble(JITWrapper):
     operator_type = GemmDouble
+
+
+class JITReluFloat(JITWrapper):
+    operator_type = ReluFloat
+
+
+class JITReluDouble(JITWrapper):
+    operator_type = ReluDouble
+
+
+class JITSoftmaxFloat(JITWrapper):
+    operator_type = SoftmaxFloat
+
+
+class JITSoftmaxDouble(JITWrapper):
+    operator_type = SoftmaxDouble
+
+
+class JITLayerNormFloat(JITWrapper):
+    operator_type = LayerNormFloat
+
+
+class JITLayerNormDouble(JITWrapper):
+    operator_type = LayerNormDouble
+
+
+class JITBatchNormFloat(JITWrapper):
+    operator_type = BatchNormFloat
+
+
+class JITBatchNormDouble(JITWrapper):
+    operator_type = BatchNormDouble

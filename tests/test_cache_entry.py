@@ -203,3 +203,26 @@ def test_get_cache_memoises_per_directory_and_honours_enable_caching(cache_dir, 
         assert not cache_dir.exists()
     finally:
         config.enable_caching = True
+
+
+def test_failed_build_stores_nothing_and_the_next_lookup_retries(cache_dir):
+    from cuopjit.errors import CompileError
+    spec = make_spec(4)
+    cache = KernelCache(cache_dir)
+
+    def broken() -> bytes:
+        raise CompileError("NVRTC could not compile fake_k4_sm90")
+    with pytest.raises(CompileError, match="could not compile fake_k4_sm90"):
+        cache.get_or_build(spec, broken)
+    assert not cache.layer.entry_path(spec).exists()
+    assert cache.get_or_build(spec, lambda: fake_cubin(spec)) == (fake_cubin(spec), False)
+
+
+def test_threads_of_one_process_compile_a_key_once(cache_dir, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+    log, cache = tmp_path / "builds.log", KernelCache(cache_dir)
+    specs = [make_spec(i % 3) for i in range(24)]
+    with ThreadPoolExecutor(8) as pool:
+        out = list(pool.map(lambda s: cache.get_or_build(s, counting_build(s, log, delay=0.01))[0], specs))
+    assert out == [fake_cubin(s) for s in specs]
+    assert sorted(build_counts(log).values()) == [1, 1, 1]

@@ -139,3 +139,23 @@ def test_auto_tuning_times_candidates_once_and_keeps_inputs_intact(rng, tmp_path
     record = get_cache(str(tmp_path)).load_record("tuning", record_key(g, (a, c)))
     assert len(record) == len(g.tuning_candidates(cuopjit.JITConfig().snapshot())) >= 3
     assert all(ms > 0 for ms in record.values())
+
+
+def test_forward_from_another_thread():
+    import threading
+    g = cuopjit.GemmFloat()
+    g.set_weight(cuopjit.ones([32, 32]))
+    a, c = cuopjit.ones([32, 32]), cuopjit.zeros([32, 32])
+    g.forward(a, c)
+    errors = []
+
+    def work():
+        try:
+            c.zero()
+            g.forward(a, c)
+        except Exception as exc:  # reported below
+            errors.append(exc)
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert not errors and c.to_numpy()[3, 3] == 32

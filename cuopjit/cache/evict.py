@@ -54,7 +54,7 @@ def _drop_idle_locks(layer: Layer) -> None:
     """Remove per-key lock files whose entry is gone, when nobody holds them (they are cheap to recreate)."""
     with contextlib.suppress(FileNotFoundError):
         for e in os.scandir(layer.locks):
-            if e.name.endswith(".lock") and e.name != "prune.lock" and e.name != "stats.lock":
+            if e.name.endswith(".lock") and e.name != "prune.lock":
                 entry = layer.kernels / (e.name.removesuffix(".lock") + ".cubin")
                 if not entry.exists():
                     fsio.try_lock_and_unlink(layer.locks / e.name)

@@ -44,11 +44,8 @@ def is_tmp_of(name: str, target_name: str) -> bool:
     return name.startswith(f".{target_name}{TMP_MARK}")
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
-    """Write `data` to `path` so that any reader sees either the old file, no file, or all of `data`.
-
-    durable=False skips the fsync, for data that may be lost on power failure (counters) but not torn.
-    """
+def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write `data` to `path` so that any reader sees either the old file, no file, or all of `data`."""
     tmp = tmp_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
@@ -56,8 +53,7 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644, durable: bool = Tru
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            if durable:
-                os.fsync(fd)
+            os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)

@@ -16,7 +16,7 @@ from ..config import get_default_global_jit_config
 from ..log import logger, warn_once
 from . import bundle, entry, evict, fsio, maintain
 from .entry import EntryError, EntrySpec
-from .layer import Layer, UntrustedError, record_file_name
+from .layer import Layer, UntrustedError, first_record, record_file_name
 from .stats import COUNTERS, CacheStats, StatsFile
 
 _INVALID = "invalidated"
@@ -36,10 +36,7 @@ class KernelCache:
         self._local = dict.fromkeys(COUNTERS, 0)
         self._memory_hits = 0
         self._guards: dict[str, threading.Lock] = {}
-        self._stats = StatsFile(self.layer.stats_path, self.layer.locks / "stats.lock") if self.layer else None
-
-    def __repr__(self) -> str:
-        return f"KernelCache({self.layer!r}, readonly={self.readonly!r})"
+        self._stats = StatsFile(self.layer.stats_path) if self.layer else None
 
     @property
     def directory(self) -> Path | None:
@@ -57,9 +54,9 @@ class KernelCache:
         return self.layer is not None and self.layer.writable and not self.layer.dir_problem()
 
     def max_size(self) -> int:
+        """The size cap: this cache's own, else GlobalJITConfig / CUOPJIT_MAX_CACHE_SIZE (4 GiB)."""
         return self._max_size or get_default_global_jit_config().resolved_max_cache_size()
 
-    # -- lookup -----------------------------------------------------------------------------------
 
     def get_or_build(self, spec: EntrySpec, build: Callable[[], bytes]) -> tuple[bytes, bool]:
         """The cubin for `spec`, and True when it came from a cache layer (False: `build()` ran here)."""
@@ -89,7 +86,7 @@ class KernelCache:
         return cubin, False
 
     def _lookup(self, spec: EntrySpec) -> bytes | None:
-        if self.readonly and not (self.readable and self._read_record(self.layer, _INVALID, spec.key)):
+        if self.readonly and not (self.readable and first_record((self.layer,), _INVALID, spec.key)):
             for layer in self.readonly:
                 if (cubin := self._load(layer, spec)) is not None:
                     return cubin
@@ -152,23 +149,27 @@ class KernelCache:
         with stack:
             yield locked
 
-    # -- store ------------------------------------------------------------------------------------
 
     def _store(self, spec: EntrySpec, cubin: bytes, seconds: float) -> None:
-        if not self.writable:
-            self._count(compiles=1, compile_seconds=seconds)
-            return
-        data = entry.encode(spec, cubin, created=time.time())
-        try:
-            self.layer.store(spec.file_name, data)
-        except OSError as exc:
-            self._writes_failed(exc)
+        data, stored = entry.encode(spec, cubin, created=time.time()), False
+        if self.writable:
+            try:
+                self.layer.store(spec.file_name, data)
+                stored = True
+            except OSError as exc:
+                self._writes_failed(exc)
+        if not stored:
             self._count(compiles=1, compile_seconds=seconds)
             return
         self._origin[spec.key] = self.layer
         totals = self._count(compiles=1, compile_seconds=seconds, approx_bytes=len(data))
         if totals is not None and not 0 <= totals["approx_bytes"] <= self.max_size():
-            self.prune(self.max_size())
+            try:
+                self.prune(self.max_size())
+            except fsio.LockTimeout:
+                logger().debug("cache prune skipped: another process has been pruning for a minute")
+            except OSError as exc:
+                self._writes_failed(exc)
 
     def _writes_failed(self, exc: OSError) -> None:
         """A write failed: a full, read-only or forbidden disk turns this cache memory-only for the process."""
@@ -191,12 +192,10 @@ class KernelCache:
         try:
             self.layer.ensure_dirs()
             return self._stats.add(**deltas)
-        except (OSError, fsio.LockTimeout) as exc:
-            if isinstance(exc, OSError):
-                self._writes_failed(exc)
+        except OSError as exc:
+            self._writes_failed(exc)
             return None
 
-    # -- invalidate, records ----------------------------------------------------------------------
 
     def invalidate(self, spec: EntrySpec, reason: str) -> None:
         """The driver rejected this cubin: move the entry aside, count it, warn once; the next lookup rebuilds.
@@ -217,13 +216,11 @@ class KernelCache:
 
     def load_record(self, kind: str, key: str) -> dict | None:
         """A small JSON record (e.g. an autotuning timing): memory, then the writable layer, then read-only."""
-        if (value := self._records.get((kind, key))) is not None:
-            return value
-        for layer in ((self.layer,) if self.readable else ()) + self.readonly:
-            if (value := self._read_record(layer, kind, key)) is not None:
+        if (value := self._records.get((kind, key))) is None:
+            value = first_record(((self.layer,) if self.readable else ()) + self.readonly, kind, key)
+            if value is not None:
                 self._records[(kind, key)] = value
-                return value
-        return None
+        return value
 
     def store_record(self, kind: str, key: str, value: dict) -> None:
         """Save a record in memory and, when writable, atomically on disk."""
@@ -232,22 +229,12 @@ class KernelCache:
         if self.writable:
             self._write_record(self.layer, kind, key, value)
 
-    def _read_record(self, layer: Layer, kind: str, key: str) -> dict | None:
-        try:
-            return layer.read_record(kind, key)
-        except UntrustedError as exc:
-            warn_once(f"untrusted:{layer.record_path(kind, key)}", f"cache: {exc}")
-        except OSError:
-            pass
-        return None
-
     def _write_record(self, layer: Layer, kind: str, key: str, value: dict) -> None:
         try:
             layer.write_record(kind, key, value)
         except OSError as exc:
             self._writes_failed(exc)
 
-    # -- maintenance ------------------------------------------------------------------------------
 
     def prune(self, max_size: int) -> evict.PruneResult:
         """Evict least-recently-used entries until the writable layer holds at most `max_size` bytes."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..log import warn_once
 from . import fsio, trust
 from .entry import SUFFIX, EntrySpec
 
@@ -170,3 +171,16 @@ class Layer:
             for kind_dir in sorted(self.records.iterdir()):
                 for p in sorted(kind_dir.glob("*.json")):
                     yield kind_dir.name, p
+
+
+def first_record(layers: tuple[Layer, ...], kind: str, key: str) -> dict | None:
+    """The record from the first layer that has a trusted, readable copy (untrusted ones are warned about)."""
+    for layer in layers:
+        try:
+            if (value := layer.read_record(kind, key)) is not None:
+                return value
+        except UntrustedError as exc:
+            warn_once(f"untrusted:{layer.record_path(kind, key)}", f"cache: {exc}")
+        except OSError:
+            continue
+    return None

@@ -79,7 +79,7 @@ def verify(layers: list[Layer], fix: bool = False) -> VerifyReport:
 
 def remove_idle_tmps(layer: Layer) -> int:
     """Delete temp files left by killed writers: entry temps whose key lock is free, record temps whose
-    writer is gone (stats temps are cleaned by the next counter update)."""
+    writer is gone."""
     removed = 0
     with contextlib.suppress(FileNotFoundError):
         for e in list(os.scandir(layer.kernels)):
@@ -116,7 +116,7 @@ def clear(layer: Layer) -> int:
                         os.unlink(e.path)
     with contextlib.suppress(FileNotFoundError):
         for e in os.scandir(layer.locks):
-            if e.name not in ("stats.lock", "prune.lock"):
+            if e.name != "prune.lock":
                 fsio.try_lock_and_unlink(Path(e.path))
     return removed
 

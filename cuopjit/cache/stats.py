@@ -1,17 +1,17 @@
 """Cache counters shared by every process using one cache directory.
 
-`stats.json` holds the totals; each event adds to it under a flock and rewrites it atomically,
-so counts from concurrent processes never get lost and a reader never sees half a file.
+`stats.json` holds the totals; each event adds to it under a flock on that file, so counts from
+concurrent processes never get lost and a reader (holding a shared lock) never sees half a record.
 Memory-layer hits are counted per process only (they must stay nanoseconds-cheap).
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-from . import fsio
 
 COUNTERS = ("hits", "misses", "compiles", "compile_seconds", "evictions", "rejected")
 
@@ -38,19 +38,27 @@ class CacheStats:
 
 
 class StatsFile:
-    """The persisted counters of one writable cache layer."""
+    """The persisted counters of one writable cache layer: a fixed-size JSON record rewritten in place.
 
-    def __init__(self, path: Path, lock: Path):
-        self.path, self.lock = path, lock
+    Each update is flock + pread + one pwrite of RECORD bytes: a single small write is never torn
+    by a killed process, and no rename is needed (a rename over a file can cost a disk flush).
+    """
+    RECORD = 512
+
+    def __init__(self, path: Path):
+        self.path = path
 
     def read(self) -> dict[str, float]:
         """Current totals (zeros when the file is missing or unreadable)."""
-        totals: dict[str, float] = dict.fromkeys(COUNTERS, 0)
-        totals["approx_bytes"] = -1
-        with contextlib.suppress(OSError, ValueError, TypeError):
-            totals.update({k: v for k, v in json.loads(self.path.read_bytes()).items()
-                           if k in totals and isinstance(v, (int, float))})
-        return totals
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return self._parse(b"")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            return self._parse(os.pread(fd, self.RECORD, 0))
+        finally:
+            os.close(fd)
 
     def add(self, **deltas: float) -> dict[str, float]:
         """Add `deltas` to the persisted totals, race-free across processes (an unknown approx_bytes stays -1)."""
@@ -61,14 +69,25 @@ class StatsFile:
         self._update(lambda t: {"approx_bytes": size})
 
     def reset(self) -> None:
-        """Zero every counter (`cuopjit cache clear`)."""
-        self._update(lambda t: {k: 0 for k in t})
+        """Zero every counter (`cuopjit cache clear`); the size estimate becomes unknown."""
+        self._update(lambda t: {**dict.fromkeys(COUNTERS, 0), "approx_bytes": -1})
 
     def _update(self, change) -> dict[str, float]:
-        with fsio.file_lock(self.lock, timeout=10.0):
-            fsio.remove_orphan_tmps(self.path.parent, self.path.name)
-            totals = self.read()
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            totals = self._parse(os.pread(fd, self.RECORD, 0))
             totals.update(change(totals))
-            fsio.atomic_write(self.path, json.dumps(totals).encode(), durable=False)
+            os.pwrite(fd, json.dumps(totals).encode().ljust(self.RECORD), 0)
             return totals
+        finally:
+            os.close(fd)
 
+    @staticmethod
+    def _parse(raw: bytes) -> dict[str, float]:
+        totals: dict[str, float] = dict.fromkeys(COUNTERS, 0)
+        totals["approx_bytes"] = -1
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            totals.update({k: v for k, v in json.loads(raw).items()
+                           if k in totals and isinstance(v, (int, float))})
+        return totals

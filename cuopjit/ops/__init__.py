@@ -3,9 +3,35 @@ from __future__ import annotations
 
 from .base import Operator
 from .gemm import GemmDouble, GemmFloat
+from .activation import ReluDouble, ReluFloat
+from .blas1 import AxpyDouble, AxpyFloat, CopyDouble, CopyFloat, DotDouble, DotFloat, ScalDouble, ScalFloat
+from .pool import (AveragePool2DDouble, AveragePool2DFloat, GlobalAveragePool2DDouble, GlobalAveragePool2DFloat,
+                   GlobalMaxPool2DDouble, GlobalMaxPool2DFloat, MaxPool2DDouble, MaxPool2DFloat)
+from .shape import FlattenDouble, FlattenFloat, ViewDouble, ViewFloat
+from .softmax import SoftmaxDouble, SoftmaxFloat
+from .norm import BatchNormDouble, BatchNormFloat, LayerNormDouble, LayerNormFloat
 
 FAMILIES: dict[str, tuple[type[Operator], type[Operator]]] = {
     "gemm": (GemmFloat, GemmDouble),
+    "scal": (ScalFloat, ScalDouble),
+    "axpy": (AxpyFloat, AxpyDouble),
+    "copy": (CopyFloat, CopyDouble),
+    "dot": (DotFloat, DotDouble),
+    "relu": (ReluFloat, ReluDouble),
+    "maxpool2d": (MaxPool2DFloat, MaxPool2DDouble),
+    "avgpool2d": (AveragePool2DFloat, AveragePool2DDouble),
+    "globalmaxpool2d": (GlobalMaxPool2DFloat, GlobalMaxPool2DDouble),
+    "globalavgpool2d": (GlobalAveragePool2DFloat, GlobalAveragePool2DDouble),
+    "flatten": (FlattenFloat, FlattenDouble),
+    "view": (ViewFloat, ViewDouble),
+    "softmax": (SoftmaxFloat, SoftmaxDouble),
+    "layernorm": (LayerNormFloat, LayerNormDouble),
+    "batchnorm": (BatchNormFloat, BatchNormDouble),
 }
 
-__all__ = ["FAMILIES", "Operator", "GemmFloat", "GemmDouble"]
+__all__ = ["FAMILIES", "Operator", "GemmFloat", "GemmDouble",
+           "ScalFloat", "ScalDouble", "AxpyFloat", "AxpyDouble", "CopyFloat", "CopyDouble", "DotFloat", "DotDouble",
+           "ReluFloat", "ReluDouble", "MaxPool2DFloat", "MaxPool2DDouble", "AveragePool2DFloat",
+           "AveragePool2DDouble", "GlobalMaxPool2DFloat", "GlobalMaxPool2DDouble", "GlobalAveragePool2DFloat",
+           "GlobalAveragePool2DDouble", "FlattenFloat", "FlattenDouble", "ViewFloat", "ViewDouble",
+           "SoftmaxFloat", "SoftmaxDouble", "LayerNormFloat", "LayerNormDouble", "BatchNormFloat", "BatchNormDouble"]

@@ -28,6 +28,7 @@ class Operator:
     block_sizes: ClassVar[tuple[int, ...]] = (0, 64, 128, 256, 512, 1024)
     supports_tensor_core: ClassVar[bool] = False
     supports_tma: ClassVar[bool] = False
+    uses_shared_memory: ClassVar[bool] = True  # False: no shared-memory stage for enable_shared_memory_opt to change
 
     def __init__(self) -> None:
         self._config: ConfigSnapshot = DEFAULT_CONFIG
@@ -53,6 +54,9 @@ class Operator:
             raise ValueError(f"{name} has no tensor-core kernel: set enable_tensor_core=False")
         if cfg.enable_tma and not cls.supports_tma:
             raise ValueError(f"{name} has no TMA kernel: set enable_tma=False")
+        if not cfg.enable_shared_memory_opt and not cls.uses_shared_memory:
+            raise ValueError(f"{name} streams through registers and keeps nothing in shared memory, so "
+                             "enable_shared_memory_opt=False has nothing to turn off: leave it True")
 
     def _configure(self, cfg: ConfigSnapshot | None, cache_dir: str | None) -> None:
         cfg = cfg or DEFAULT_CONFIG

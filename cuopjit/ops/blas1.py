@@ -105,7 +105,7 @@ DOT_TEMPLATE = "dot.cu.jinja"
 
 def dot_kernel(dtype: np.dtype, cfg: ConfigSnapshot, n: int, aligned: bool) -> tuple[str, str, dict]:
     """-> (template, readable name, params) of the two-pass dot product."""
-    threads, vec, items = stream_geometry(dtype, cfg, aligned)
+    threads, vec, items = stream_geometry(dtype, cfg, aligned, vectors=4)
     streaming = 2 * n * np.dtype(dtype).itemsize > STREAM_BYTES
     params = {"scalar_t": scalar_t(dtype), "unroll": bool(cfg.enable_loop_unroll), "THREADS": threads,
               "VEC": vec, "ITEMS": items, "STREAM": streaming}

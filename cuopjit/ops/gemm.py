@@ -10,7 +10,7 @@ from ..config import ConfigSnapshot
 from ..tensor import Tensor
 from .base import Operator
 from .gemm_kernels import (BLOCK_SIZES, KERNEL_TYPES, SUPPORTS_TENSOR_CORE, TILE_SIZES, allowed_combinations,
-                           gemm_kernel)
+                           gemm_kernel, uses_tensor_core)
 
 
 class Gemm(Operator):
@@ -95,7 +95,7 @@ class Gemm(Operator):
         """Every allowed (tile_size, block_size) of the kernel kind `cfg` selects, when both are left at 0."""
         if cfg.tile_size or cfg.block_size:
             return []
-        combos = allowed_combinations(self.dtype, cfg.enable_tensor_core or cfg.kernel_type == "tensor_core")
+        combos = allowed_combinations(self.dtype, uses_tensor_core(cfg, self.dtype.name))
         return [dataclasses.replace(cfg, tile_size=t, block_size=b) for t, b in combos]
 
     def specs(self) -> list:

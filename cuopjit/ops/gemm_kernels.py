@@ -1,15 +1,18 @@
 """GEMM kernel generator: dtype + frozen JITConfig + problem shape -> template params and launch geometry.
 
-The one kernel family here is the register-tiled SIMT GEMM in templates/gemm.cu.jinja
-(C = alpha * op(A) @ op(B) + beta * C, row-major). How each JITConfig field changes the code:
+One template, templates/gemm.cu.jinja (C = alpha * op(A) @ op(B) + beta * C, row-major), gives two
+kernels: the register-tiled SIMT kernel (the default) and an mma.sync tensor-core kernel (float32 as
+TF32, relative error ~3e-4; float64 as DMMA, exact FP64). How each JITConfig field changes the code:
 
     tile_size                 BM = BN (0: chosen by shape so that small problems still fill the SMs)
     block_size                threads per block (0: the tile's default); fixes the thread tile TM x TN
-    kernel_type               "auto" / "tiled" (this kernel); anything else raises ValueError
+    kernel_type               "tiled": SIMT; "tensor_core": mma.sync; "auto": DMMA for float64, SIMT for
+                              float32; others raise ValueError
     enable_loop_unroll        `#pragma unroll` vs `unroll 1` on the k-loop inside a shared-memory tile
     enable_memory_coalescing  16-byte global loads/stores (where `aligned` allows) vs scalar accesses
     enable_shared_memory_opt  shared-memory row padding (bank-conflict-free transposed stores) on/off
-    enable_tma, enable_tensor_core   no such GEMM kernel: ValueError saying which setting to change
+    enable_tensor_core        the mma.sync kernel (TF32 for float32: ~3e-4 relative error; exact DMMA for float64)
+    enable_tma                no TMA GEMM kernel: ValueError saying which setting to change
 optimization_level and max_registers reach NVRTC through the compiler options, not through here.
 """
 from __future__ import annotations
@@ -47,14 +50,14 @@ _SHAPES: dict[str, tuple[TileShape, ...]] = {
         TileShape(64, 256, 4, 4, 16),
         TileShape(32, 64, 4, 4, 8),
     ),
-    "float64": (  # no 64/64 (8x8 doubles in 64 threads spill)
-        TileShape(128, 256, 8, 8, 8),
+    "float64": (  # no 64/64 (8x8 doubles in 64 threads spill); BK 4 keeps 128/256 under 255 registers
+        TileShape(128, 256, 8, 8, 4),
         TileShape(64, 256, 4, 4, 8),
         TileShape(64, 128, 8, 4, 8),
         TileShape(32, 64, 4, 4, 8),
     ),
 }
-# Tensor-core (mma.sync) kernels: float32 as TF32 m16n8k8, float64 as DMMA m8n8k4.
+# Tensor-core (mma.sync) kernels: float32 as TF32 m16n8k8, float64 as DMMA m16n8k8 (4x m8n8k4 before sm_90).
 _MMA_SHAPES: dict[str, tuple[TileShape, ...]] = {
     "float32": (TileShape(128, 256, 2, 4, 16), TileShape(64, 128, 2, 2, 16), TileShape(32, 64, 2, 1, 16)),
     "float64": (TileShape(128, 256, 2, 4, 8), TileShape(64, 128, 2, 2, 16), TileShape(32, 64, 2, 1, 16)),
@@ -95,11 +98,16 @@ def _pick_shape(dtype: str, cfg: ConfigSnapshot, M: int, N: int, tensor_core: bo
         if s.tile == tile and (cfg.block_size in (0, s.threads)):
             return s
     raise ValueError(f"GEMM tile_size={cfg.tile_size}, block_size={cfg.block_size} is not a valid combination "
-                     f"for {dtype}{' tensor-core' if tensor_core else ''} GEMM: valid tile_size/block_size pairs are {combos} (0 = auto)")
+                     f"for {dtype}{' tensor-core' if tensor_core else ''} GEMM: valid tile_size/block_size pairs are {combos} (0 = auto)"
+                     + ("; kernel_type='tiled' selects the SIMT kernel and its pairs" if tensor_core else ""))
 
 
-def _use_tensor_core(cfg: ConfigSnapshot) -> bool:
-    """True for the mma.sync kernel: enable_tensor_core or kernel_type 'tensor_core' (never chosen by 'auto')."""
+def uses_tensor_core(cfg: ConfigSnapshot, dtype: str) -> bool:
+    """True for the mma.sync kernel: enable_tensor_core, kernel_type 'tensor_core', or 'auto' for float64.
+
+    FP64 tensor cores (DMMA) compute exact double FMAs, so 'auto' takes them for float64 (2x the
+    SIMT kernel's rate); for float32 they would mean TF32 rounding, so 'auto' leaves them off.
+    """
     if cfg.enable_tma:
         raise ValueError("GEMM has no TMA kernel: set enable_tma=False")
     if cfg.kernel_type not in KERNEL_TYPES:
@@ -108,7 +116,8 @@ def _use_tensor_core(cfg: ConfigSnapshot) -> bool:
     if cfg.kernel_type == "tiled" and cfg.enable_tensor_core:
         raise ValueError("GEMM kernel_type='tiled' is the FMA kernel but enable_tensor_core=True: "
                          "set kernel_type='tensor_core' (or 'auto'), or enable_tensor_core=False")
-    return cfg.enable_tensor_core or cfg.kernel_type == "tensor_core"
+    return (cfg.enable_tensor_core or cfg.kernel_type == "tensor_core"
+            or (cfg.kernel_type == "auto" and dtype == "float64"))
 
 
 def gemm_kernel(dtype: np.dtype, cfg: ConfigSnapshot, M: int, N: int, K: int, trans_a: bool, trans_b: bool,
@@ -122,7 +131,7 @@ def gemm_kernel(dtype: np.dtype, cfg: ConfigSnapshot, M: int, N: int, K: int, tr
     name = _dtype_name(dtype)
     if min(M, N, K) < 1:
         raise ValueError(f"GEMM needs M, N, K >= 1, got M={M}, N={N}, K={K}")
-    tc = _use_tensor_core(cfg)
+    tc = uses_tensor_core(cfg, name)
     shape = _pick_shape(name, cfg, M, N, tc)
     scalar, short = _SCALAR[name]
     r = 16 // np.dtype(dtype).itemsize
@@ -132,7 +141,7 @@ def gemm_kernel(dtype: np.dtype, cfg: ConfigSnapshot, M: int, N: int, K: int, tr
         "scalar_t": scalar, "unroll": bool(cfg.enable_loop_unroll), "mma": tc,
         "BM": shape.tile, "BN": shape.tile, "BK": shape.bk, "R": r, "VEC": vec, "PAD": pad,
         "trans_a": bool(trans_a), "trans_b": bool(trans_b),
-        "min_blocks": 2 if name == "float32" and shape.threads >= 256 and vec > 1 and not tc else 1,
+        "min_blocks": 2 if name == "float32" and shape.threads >= 256 and (vec > 1 or tc) else 1,
     }
     params.update({"WARPS_M": shape.tm, "WARPS_N": shape.tn} if tc else {"TM": shape.tm, "TN": shape.tn})
     ops = ("t" if trans_a else "n") + ("t" if trans_b else "n")

@@ -1,0 +1,160 @@
+"""Cache benchmark: disk hit in a fresh process, in-memory hit, and compile time per template on a miss.
+
+    python benchmarks/cache.py [--arch sm_90] [--processes 5] [--out benchmarks/results/cache.json]
+
+Goals: a disk hit ≤ 2 ms per kernel (read + verify, plus cuModuleLoadData where a GPU is present);
+an in-memory hit ≤ 1 µs (that goal belongs to the pipeline's functools layer; here we time
+KernelCache.get_or_build's own memory layer). Runs without a GPU; the GPU column is then skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import statistics
+import sys
+import tempfile
+import time
+import timeit
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cuopjit import codegen, kernels  # noqa: E402
+from cuopjit.cache import EntrySpec, KernelCache  # noqa: E402
+from cuopjit.cache import entry as entry_format  # noqa: E402
+from cuopjit.ops import FAMILIES  # noqa: E402
+
+
+def _gpu_count() -> int:
+    try:
+        from cuopjit import driver
+        return driver.device_count()
+    except ImportError:
+        return 0
+
+
+def _specs_by_template() -> dict[str, list[kernels.KernelSpec]]:
+    """Every kernel the operators can ask for, grouped by template."""
+    out: dict[str, list[kernels.KernelSpec]] = {}
+    for classes in FAMILIES.values():
+        for cls in classes:
+            for spec in cls().specs():
+                out.setdefault(spec.template, []).append(spec)
+    return out
+
+
+def _fresh_process_hits(directory: str, entries: list[tuple[EntrySpec, str]], gpu: bool, queue) -> None:
+    """In a new interpreter: time each kernel's disk hit (and module load when a GPU is present)."""
+    from cuopjit.cache import KernelCache as Cache
+    cache = Cache(directory)
+    device = None
+    if gpu:
+        from cuopjit import driver
+        device = driver.get_device(0)
+    hit_ms, verify_ms, load_ms = [], [], []
+    for spec, kernel in entries:
+        path = cache.layer.entry_path(spec)
+        t0 = time.perf_counter()
+        entry_format.decode(path.read_bytes())
+        verify_ms.append((time.perf_counter() - t0) * 1e3)
+        t0 = time.perf_counter()
+        cubin, hit = cache.get_or_build(spec, lambda: b"")
+        hit_ms.append((time.perf_counter() - t0) * 1e3)
+        assert hit, spec.name
+        if device is not None:
+            from cuopjit import driver
+            t0 = time.perf_counter()
+            driver.load_function(cubin, kernel, device)
+            load_ms.append((time.perf_counter() - t0) * 1e3)
+    queue.put((hit_ms, verify_ms, load_ms))
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {"median": statistics.median(ordered), "p90": ordered[int(0.9 * (len(ordered) - 1))],
+            "max": ordered[-1], "n": len(ordered)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", help="target architecture (default: the GPU's, else sm_90)")
+    parser.add_argument("--processes", type=int, default=5, help="fresh processes timing disk hits")
+    parser.add_argument("--out", default="benchmarks/results/cache.json", help="JSON result path")
+    ns = parser.parse_args(argv)
+    gpus = _gpu_count()
+    if ns.arch:
+        arch = ns.arch
+    elif gpus:
+        from cuopjit import driver
+        arch = driver.get_device(0).arch
+    else:
+        arch = "sm_90"
+    by_template = _specs_by_template()
+    result: dict = {"arch": arch, "gpu": gpus > 0, "compile_ms": {}, "templates_without_operator": []}
+
+    print(f"compile on a miss (NVRTC, {arch}), median of 3 per template:")
+    for template in codegen.template_names():
+        specs = by_template.get(template)
+        if not specs:
+            result["templates_without_operator"].append(template)
+            continue
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            kernels.build(specs[0], arch, kernels.MEMORY_ONLY)
+            times.append((time.perf_counter() - t0) * 1e3)
+        result["compile_ms"][template] = {"kernel": specs[0].name, "median": statistics.median(times)}
+        print(f"  {template:<24} {specs[0].name:<44} {statistics.median(times):8.1f} ms")
+    if result["templates_without_operator"]:
+        print(f"  (no operator uses yet: {', '.join(result['templates_without_operator'])})")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = KernelCache(tmp)
+        entries = []
+        for specs in by_template.values():
+            for spec in specs:
+                es = kernels.entry_spec(spec, arch)
+                cache.get_or_build(es, lambda spec=spec: kernels.build(spec, arch, kernels.MEMORY_ONLY)[0])
+                entries.append((es, spec.kernel))
+        ctx, queue = mp.get_context("spawn"), None
+        hit, verify, load = [], [], []
+        for _ in range(ns.processes):
+            queue = ctx.Queue()
+            p = ctx.Process(target=_fresh_process_hits, args=(tmp, entries, gpus > 0, queue))
+            p.start()
+            h, v, ld = queue.get(timeout=300)
+            p.join()
+            hit, verify, load = hit + h, verify + v, load + ld
+        size = statistics.mean(e.stat().st_size for e in (Path(tmp) / "kernels").iterdir())
+        result["entry_bytes_mean"] = size
+        result["disk_hit_ms"] = _summary(hit)
+        result["read_verify_ms"] = _summary(verify)
+        result["module_load_ms"] = _summary(load) if load else None
+
+        memory_spec = entries[0][0]
+        n = 200_000
+        per_call = timeit.timeit(lambda: cache.get_or_build(memory_spec, bytes), number=n) / n
+        result["memory_hit_us"] = per_call * 1e6
+
+    print(f"\n{len(entries)} entries, mean {size / 1024:.1f} KiB, {ns.processes} fresh processes:")
+    rows = [("disk hit: get_or_build (read+verify+touch+stats)", result["disk_hit_ms"], "ms", 2.0),
+            ("  of which read + verify", result["read_verify_ms"], "ms", None)]
+    if result["module_load_ms"]:
+        rows.append(("cuModuleLoadData", result["module_load_ms"], "ms", None))
+    for label, s, unit, goal in rows:
+        verdict = "" if goal is None else ("  ok" if s["median"] <= goal else "  OVER GOAL")
+        print(f"  {label:<50} median {s['median']:.3f} {unit}  p90 {s['p90']:.3f}  max {s['max']:.3f}{verdict}")
+    if not result["module_load_ms"]:
+        print("  cuModuleLoadData: no GPU here, not measured")
+    print(f"  {'memory hit: get_or_build':<50} {result['memory_hit_us']:.3f} µs "
+          f"(goal ≤ 1 µs is for the pipeline's functools layer)")
+    out = Path(ns.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\nwritten to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

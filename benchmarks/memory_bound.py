@@ -1,0 +1,125 @@
+"""Memory-bound operators side by side with PyTorch, against the device's copy bandwidth.
+
+    python benchmarks/memory_bound.py [--only NAME ...] [--dtype float32|float64] [--out FILE.json]
+
+Workloads come from mb_elementwise.py (BLAS-1, ReLU, pools) and mb_norms.py (Softmax, LayerNorm,
+BatchNorm) when present; the dict format and the timing method are in mb_common.py. Prints a table
+(GB/s counting the bytes each call must move, % of the copy bandwidth, ratio to PyTorch, goal met),
+writes JSON and, where matplotlib is installed, a PNG chart beside it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from mb_common import copy_bandwidth, time_ms  # noqa: E402
+
+
+def load_workloads() -> list[dict]:
+    from mb_elementwise import WORKLOADS as ours
+    out = list(ours)
+    try:
+        from mb_norms import WORKLOADS as norms
+        out += list(norms)
+    except ImportError as exc:
+        print(f"(mb_norms.py not loaded: {exc})")
+    return out
+
+
+def run_one(w: dict, repeat: int) -> dict:
+    import torch
+    fns = w["setup"]() if "setup" in w else w
+    row = {k: v for k, v in w.items() if k not in ("setup", "run_cuopjit", "run_torch", "check")}
+    check = fns.get("check")
+    if check is not None:
+        row["rel_error_vs_torch"] = check()
+    row["rotation"] = fns.get("rotation", 1)
+    row["cuopjit"] = time_ms(fns["run_cuopjit"], repeat=repeat)
+    row["torch"] = time_ms(fns["run_torch"], repeat=repeat)
+    del fns
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return row
+
+
+def chart(rows: list[dict], copy_gbps: float, path: str) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib missing: no chart)")
+        return
+    ok = [r for r in rows if "cuopjit_gbps" in r]
+    labels = [f"{r['name']}\n{r['dtype'].replace('float', 'f')}" for r in ok]
+    xs = range(len(ok))
+    fig, ax = plt.subplots(figsize=(max(8, 0.7 * len(ok)), 4.5))
+    ax.bar([x - 0.2 for x in xs], [r["cuopjit_gbps"] for r in ok], 0.4, label="cuopjit")
+    ax.bar([x + 0.2 for x in xs], [r["torch_gbps"] for r in ok], 0.4, label="PyTorch")
+    ax.axhline(copy_gbps, color="k", ls="--", lw=1, label=f"copy {copy_gbps:.0f} GB/s")
+    ax.set_xticks(list(xs), labels, fontsize=7)
+    ax.set_ylabel("GB/s (bytes read + written)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"chart written to {path}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", action="append", help="run workloads whose name contains this (repeatable)")
+    p.add_argument("--dtype", choices=["float32", "float64"])
+    p.add_argument("--repeat", type=int, default=30)
+    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                                  "memory_bound.json"))
+    p.add_argument("--no-chart", action="store_true")
+    ns = p.parse_args(argv)
+
+    import torch
+    workloads = [w for w in load_workloads()
+                 if (not ns.only or any(o in w["name"] for o in ns.only)) and (not ns.dtype or w["dtype"] == ns.dtype)]
+    copy = copy_bandwidth()
+    print(f"device: {torch.cuda.get_device_name()}, copy bandwidth {copy['gbps']:.0f} GB/s (torch copy_ of 1 GiB)")
+    rows = []
+    for w in workloads:
+        try:
+            r = run_one(w, ns.repeat)
+        except Exception as exc:
+            traceback.print_exc(limit=4)
+            rows.append({"name": w["name"], "dtype": w["dtype"], "error": f"{type(exc).__name__}: {exc}"})
+            print(f"{w['name']} {w['dtype']}: FAILED ({type(exc).__name__}: {exc})", flush=True)
+            continue
+        r["cuopjit_gbps"] = r["bytes"] / r["cuopjit"]["median_ms"] / 1e6
+        r["torch_gbps"] = r["bytes"] / r["torch"]["median_ms"] / 1e6
+        r["pct_copy"] = r["cuopjit_gbps"] / copy["gbps"]
+        r["ratio_torch"] = r["cuopjit_gbps"] / r["torch_gbps"]
+        r["goal_met"] = ((r.get("goal_torch") is None or r["ratio_torch"] >= r["goal_torch"])
+                         and (r.get("goal_copy") is None or r["pct_copy"] >= r["goal_copy"]))
+        rows.append(r)
+        print(f"{r['name']} {r['dtype']}: {r['cuopjit']['median_ms']:.4f} ms vs torch {r['torch']['median_ms']:.4f} ms"
+              f" (rel err {r.get('rel_error_vs_torch', float('nan')):.1e})", flush=True)
+
+    head = f"{'workload':<18}{'dtype':<9}{'MB':>9}{'cuopjit GB/s':>14}{'torch GB/s':>12}{'% copy':>8}{'x torch':>9}  goal"
+    print("\n" + head + "\n" + "-" * len(head))
+    for r in rows:
+        if "error" in r:
+            print(f"{r['name']:<18}{r['dtype']:<9}  ERROR {r['error']}")
+            continue
+        print(f"{r['name']:<18}{r['dtype']:<9}{r['bytes'] / 1e6:>9.1f}{r['cuopjit_gbps']:>14.0f}{r['torch_gbps']:>12.0f}"
+              f"{100 * r['pct_copy']:>7.1f}%{r['ratio_torch']:>9.3f}  {'MET' if r['goal_met'] else 'missed'} ({r['goal']})")
+    os.makedirs(os.path.dirname(os.path.abspath(ns.out)), exist_ok=True)
+    with open(ns.out, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "copy": copy, "workloads": rows}, f, indent=1)
+    print(f"results written to {ns.out}")
+    if not ns.no_chart:
+        chart(rows, copy["gbps"], os.path.splitext(ns.out)[0] + ".png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

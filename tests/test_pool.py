@@ -1,0 +1,131 @@
+"""Max / average / global pools: CPU build of every kernel, argument checks, GPU results against NumPy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuopjit
+from cuopjit import kernels
+from cuopjit.ops import FAMILIES
+from conftest import rel_error
+
+DTYPES = [np.float32, np.float64]
+TOL = {np.float32: 1e-6, np.float64: 1e-14}
+CLASSES = {("max", np.float32): cuopjit.MaxPool2DFloat, ("max", np.float64): cuopjit.MaxPool2DDouble,
+           ("avg", np.float32): cuopjit.AveragePool2DFloat, ("avg", np.float64): cuopjit.AveragePool2DDouble}
+GLOBAL = {("max", np.float32): cuopjit.GlobalMaxPool2DFloat, ("max", np.float64): cuopjit.GlobalMaxPool2DDouble,
+          ("avg", np.float32): cuopjit.GlobalAveragePool2DFloat,
+          ("avg", np.float64): cuopjit.GlobalAveragePool2DDouble}
+# (input shape, window kwargs)
+CASES = [
+    ((2, 3, 8, 8), {}),
+    ((1, 1, 7, 33), {}),
+    ((2, 3, 33, 1000), {"kernel_h": 3, "kernel_w": 3, "stride_h": 1, "stride_w": 1, "pad_h": 1, "pad_w": 1}),
+    ((1, 7, 5, 4097), {"kernel_h": 3, "kernel_w": 2, "stride_h": 2, "stride_w": 1, "pad_h": 1}),
+    ((4, 8, 56, 56), {"kernel_h": 2, "kernel_w": 2}),
+    ((1, 2, 9, 9), {"kernel_h": 3, "kernel_w": 3, "stride_h": 3, "stride_w": 2}),
+    ((3, 1, 1, 1000), {"kernel_h": 1, "kernel_w": 4, "pad_w": 2}),
+    ((1, 1, 1, 1), {"kernel_h": 1, "kernel_w": 1}),
+]
+
+
+def reference(a, op, kernel_h=2, kernel_w=2, stride_h=None, stride_w=None, pad_h=0, pad_w=0):
+    sh, sw = stride_h or kernel_h, stride_w or kernel_w
+    a = a.astype(np.float64)
+    fill = -np.inf if op == "max" else 0.0
+    ap = np.pad(a, ((0, 0), (0, 0), (pad_h, pad_h), (pad_w, pad_w)), constant_values=fill)
+    win = np.lib.stride_tricks.sliding_window_view(ap, (kernel_h, kernel_w), axis=(2, 3))[:, :, ::sh, ::sw]
+    oh = (a.shape[2] + 2 * pad_h - kernel_h) // sh + 1
+    ow = (a.shape[3] + 2 * pad_w - kernel_w) // sw + 1
+    win = win[:, :, :oh, :ow]
+    return win.max(axis=(4, 5)) if op == "max" else win.mean(axis=(4, 5))
+
+
+@pytest.mark.parametrize("family", ["maxpool2d", "avgpool2d", "globalmaxpool2d", "globalavgpool2d"])
+@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_specs_compile(family, index, arch):
+    for spec in FAMILIES[family][index]().specs():
+        cubin, _ = kernels.build(spec, arch, kernels.MEMORY_ONLY)
+        assert cubin[:4] == b"\x7fELF"
+
+
+def test_window_validation():
+    with pytest.raises(ValueError, match=r"MaxPool2DFloat: padding \(2x0\) must be between 0 and half the "
+                                         r"kernel \(3x3\)"):
+        cuopjit.MaxPool2DFloat(3, 3, pad_h=2)
+    with pytest.raises(ValueError, match=r"kernel \(0x2\) and stride \(0x2\) must be >= 1"):
+        cuopjit.AveragePool2DFloat(kernel_h=0)
+    assert cuopjit.MaxPool2DFloat().output_shape((32, 64, 56, 56)) == (32, 64, 28, 28)
+    assert cuopjit.MaxPool2DFloat().output_shape((1, 1, 9, 9), kernel_h=3, kernel_w=3, stride_h=1) == (1, 1, 7, 3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["max", "avg"])
+@pytest.mark.parametrize("shape, kw", CASES)
+def test_pool2d(rng, dtype, op, shape, kw):
+    a = rng.standard_normal(shape).astype(dtype)
+    ref = reference(a, op, **kw)
+    pool = CLASSES[op, dtype]()
+    x, y = cuopjit.tensor(a), cuopjit.empty(ref.shape, dtype).fill(float("nan"))
+    assert pool.forward(x, y, **kw) is y
+    if op == "max":
+        assert np.array_equal(y.to_numpy(), ref.astype(dtype))
+    else:
+        assert rel_error(y.to_numpy(), ref) <= 2 * TOL[dtype]
+    # the same window given to the constructor
+    y.fill(float("nan"))
+    CLASSES[op, dtype](**kw).forward(x, y)
+    assert rel_error(y.to_numpy(), ref) <= 2 * TOL[dtype]
+
+
+@pytest.mark.gpu
+def test_pool2d_spec_example(rng):
+    a = rng.standard_normal((32, 64, 56, 56)).astype(np.float32)
+    pool_input, pool_output = cuopjit.tensor(a), cuopjit.zeros([32, 64, 28, 28])
+    cuopjit.MaxPool2DFloat().forward(pool_input, pool_output, kernel_h=2, kernel_w=2)
+    assert np.array_equal(pool_output.to_numpy(), reference(a, "max").astype(np.float32))
+    a[0, 0, 0, 0] = np.nan
+    pool_input.copy_from(a)
+    cuopjit.MaxPool2DFloat().forward(pool_input, pool_output)
+    assert np.isnan(pool_output.to_numpy()[0, 0, 0, 0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["max", "avg"])
+@pytest.mark.parametrize("shape", [(2, 3, 1, 1), (1, 7, 1, 7), (2, 33, 33, 33), (1, 2, 1, 4097), (3, 5, 40, 25),
+                                   (32, 64, 56, 56), (1, 1, 1000, 1000)])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_global_pool(rng, dtype, op, shape, keepdims):
+    a = rng.standard_normal(shape).astype(dtype)
+    ref = a.astype(np.float64).max(axis=(2, 3)) if op == "max" else a.astype(np.float64).mean(axis=(2, 3))
+    out_shape = list(shape[:2]) + ([1, 1] if keepdims else [])
+    x, y = cuopjit.tensor(a), cuopjit.empty(out_shape, dtype).fill(float("nan"))
+    assert GLOBAL[op, dtype]().forward(x, y) is y
+    got = y.to_numpy().reshape(ref.shape)
+    if op == "max":
+        assert np.array_equal(got, ref.astype(dtype))
+    else:
+        assert rel_error(got, ref) <= 4 * TOL[dtype]
+
+
+@pytest.mark.gpu
+def test_pool_errors():
+    x = cuopjit.empty([2, 3, 8, 8])
+    with pytest.raises(ValueError, match=r"MaxPool2DFloat: y has shape \[2, 3, 8, 8\], expected \[2, 3, 4, 4\] "
+                                         r"\(x of shape \[2, 3, 8, 8\]"):
+        cuopjit.MaxPool2DFloat().forward(x, cuopjit.empty([2, 3, 8, 8]))
+    with pytest.raises(ValueError, match=r"AveragePool2DFloat: x must be 4-D, got shape \[3, 8, 8\]"):
+        cuopjit.AveragePool2DFloat().forward(cuopjit.empty([3, 8, 8]), cuopjit.empty([3, 4, 4]))
+    with pytest.raises(ValueError, match=r"GlobalMaxPool2DFloat: y has shape \[2, 3, 1\], expected \[2, 3\] or "
+                                         r"\[2, 3, 1, 1\]"):
+        cuopjit.GlobalMaxPool2DFloat().forward(x, cuopjit.empty([2, 3, 1]))
+    with pytest.raises(TypeError, match="unexpected keyword arguments \\['kernel'\\]"):
+        cuopjit.MaxPool2DFloat().forward(x, cuopjit.empty([2, 3, 4, 4]), kernel=2)
+    with pytest.raises(ValueError, match=r"smaller than the 3x3 window"):
+        cuopjit.MaxPool2DFloat().forward(cuopjit.empty([1, 1, 2, 2]), cuopjit.empty([1, 1, 1, 1]),
+                                         kernel_h=3, kernel_w=3)
+    e = cuopjit.empty([0, 3, 8, 8])
+    assert cuopjit.MaxPool2DFloat().forward(e, cuopjit.empty([0, 3, 4, 4])).size == 0

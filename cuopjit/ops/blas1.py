@@ -129,6 +129,7 @@ class Dot(Operator):
     kernel_types = ("auto", "tiled")
     tile_sizes = TILE_SIZES
     block_sizes = BLOCK_SIZES
+    uses_shared_memory = False  # only one word per warp for the block reduction
 
     def forward(self, x: Tensor, y: Tensor, result: Tensor | None = None) -> Any:
         """x . y as a Python float (waits for the GPU).

@@ -11,7 +11,7 @@ JITConfig field changes the code:
     enable_loop_unroll        all loads of a step issued before the first store, vs one vector at a time
     enable_memory_coalescing  16-byte accesses (where pointers allow) vs scalar accesses
     enable_tensor_core, enable_tma   no such kernel: ValueError
-enable_shared_memory_opt has no effect (no shared memory); optimization_level and max_registers
+enable_shared_memory_opt=False raises (nothing in shared memory to change); optimization_level and max_registers
 reach NVRTC. The grid gives each block one chunk (threads x tile) of the data (a persistent grid
 of SM count x resident blocks measured 5% slower); data over 64 MiB per call is moved with
 evict-first cache hints.
@@ -87,6 +87,7 @@ class Elementwise(Operator):
     kernel_types = KERNEL_TYPES
     tile_sizes = TILE_SIZES
     block_sizes = BLOCK_SIZES
+    uses_shared_memory = False
     op: str = "copy"
 
     def _map_launch(self, op: str, x: Tensor, y: Tensor, alpha: float = 0.0):

@@ -77,6 +77,7 @@ class Pool2D(Operator):
     """Window pooling over NCHW (see the module docstring for the parameters)."""
 
     op = "max"
+    uses_shared_memory = False
 
     def __init__(self, kernel_h: int = 2, kernel_w: int = 2, stride_h: int | None = None,
                  stride_w: int | None = None, pad_h: int = 0, pad_w: int = 0):
@@ -173,6 +174,7 @@ class GlobalPool2D(Operator):
     """Reduce each H x W plane of an NCHW tensor to one value (output N x C or N x C x 1 x 1)."""
 
     op = "max"
+    uses_shared_memory = False  # only one word per warp for the block reduction
 
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
         """y[n, c] = reduce(x[n, c, :, :]); returns y."""

@@ -74,6 +74,8 @@ def view_kernel(dtype: np.dtype, cfg, nout: int, vec: int) -> tuple[str, str, di
 class View(Operator):
     """y = x[offset[0]:offset[0]+shape[0], ...]; `set_offset` / `set_shape` give defaults for forward."""
 
+    uses_shared_memory = False
+
     def __init__(self) -> None:
         super().__init__()
         self._offset: tuple[int, ...] | None = None
@@ -149,7 +151,8 @@ class View(Operator):
 
     def specs(self) -> list:
         out = []
-        for nout, vec in ((0, vector_width(self.dtype)), (1, vector_width(self.dtype)), (3, 1)):
+        wide = vector_width(self.dtype) if self._config.enable_memory_coalescing else 1
+        for nout, vec in ((0, wide), (1, wide), (3, 1)):
             template, name, params = view_kernel(self.dtype, self._config, nout, vec)
             out.append(self._spec(template, "view_copy", name, params))
         return out

@@ -90,7 +90,8 @@ def _pool(name: str, dtype: str):
         suffix = "Float" if dtype == "float32" else "Double"
         cls, tfn = {"maxpool2d": ("MaxPool2D", lambda t: F.max_pool2d(t, 2)),
                     "avgpool2d": ("AveragePool2D", lambda t: F.avg_pool2d(t, 2)),
-                    "globalmaxpool2d": ("GlobalMaxPool2D", lambda t: F.adaptive_max_pool2d(t, 1)),
+                    # amax, not adaptive_max_pool2d(t, 1), which runs at ~65 GB/s: the fastest PyTorch idiom
+                    "globalmaxpool2d": ("GlobalMaxPool2D", lambda t: t.amax(dim=(2, 3), keepdim=True)),
                     "globalavgpool2d": ("GlobalAveragePool2D", lambda t: F.adaptive_avg_pool2d(t, 1))}[name]
         op = getattr(cuopjit, cls + suffix)()
 

@@ -114,7 +114,8 @@ def _plan(dtype: np.dtype, lv: int, vec: int, ept: int, bt: int, tmax: int, clus
         cl = next_pow2(-(-need // bt))
         if cl <= MAX_CLUSTER:
             nv = -(-(-(-lv // cl)) // bt)
-            return RowPlan("rows", vec, nv, bt, 1, cl, 1, occ)
+            # clusters: 1024 threads/SM (64 registers) measured 2-20% faster than 512 for every cluster shape
+            return RowPlan("rows", vec, nv, bt, 1, cl, 1, 1024)
     chunks = -(-lv // (bt * nv_cap))
     return RowPlan("split", vec, nv_cap, bt, 1, 1, chunks, occ)
 

@@ -41,9 +41,23 @@ def _streaming(name: str, dtype: str):
         elif name == "scal":
             op = getattr(cuopjit, "Scal" + suffix)(1.0)
             run_c, run_t = (lambda i: op.forward(cx)), (lambda i: x.mul_(1.0))
+
+            def check():  # alpha 1 would pass untouched data: check with 0.5, then restore x
+                x0 = x.clone()
+                getattr(cuopjit, "Scal" + suffix)(0.5).forward(cx)
+                err = _rel(x, 0.5 * x0)
+                x.copy_(x0)
+                return err
         elif name == "axpy":
             op = getattr(cuopjit, "Axpy" + suffix)(1e-3)
             run_c, run_t = (lambda i: op.forward(cx, cy)), (lambda i: y.add_(x, alpha=1e-3))
+
+            def check():
+                y0 = y.clone()
+                op.forward(cx, cy)
+                err = _rel(y, y0 + 1e-3 * x)
+                y.copy_(y0)
+                return err
         elif name == "relu":
             op = getattr(cuopjit, "Relu" + suffix)()
             run_c, run_t = (lambda i: op.forward(cx, cy)), (lambda i: torch.clamp_min(x, 0.0, out=y))

@@ -102,7 +102,8 @@ def main(argv=None) -> int:
                          and (r.get("goal_copy") is None or r["pct_copy"] >= r["goal_copy"]))
         rows.append(r)
         print(f"{r['name']} {r['dtype']}: {r['cuopjit']['median_ms']:.4f} ms vs torch {r['torch']['median_ms']:.4f} ms"
-              f" (rel err {r.get('rel_error_vs_torch', float('nan')):.1e})", flush=True)
+              f" (rel err {r.get('rel_error_vs_torch') if r.get('rel_error_vs_torch') is not None else float('nan'):.1e})",
+              flush=True)
 
     head = f"{'workload':<18}{'dtype':<9}{'MB':>9}{'cuopjit GB/s':>14}{'torch GB/s':>12}{'% copy':>8}{'x torch':>9}  goal"
     print("\n" + head + "\n" + "-" * len(head))

@@ -13,6 +13,8 @@ from .config import JITConfig, get_default_global_jit_config
 from .ops.base import Operator
 from .profile import EventPair, PerformanceProfile
 
+_GLOBAL = get_default_global_jit_config()
+
 
 class JITWrapper:
     """Base of JITGemmFloat & co.: `forward` runs the wrapped operator with this wrapper's settings."""
@@ -25,33 +27,40 @@ class JITWrapper:
                             f"got {type(operator).__name__}")
         self.operator = operator
         self._config = JITConfig()
+        self._snapshot = self._config.snapshot()
         self._jit = True
         self._persistent = True
         self._directory: str | None = None
+        self._version = 0           # bumped by every setter, so forward re-applies settings only then
         self._applied: tuple | None = None
         self._events: EventPair | None = None
         self._profile = PerformanceProfile()
-        self._work: tuple[float, float] = (0.0, 0.0)
+        self._last: tuple = ((), {})
 
     # --- the cuOP JIT API -------------------------------------------------------------------
     def enable_jit(self, enable: bool = True) -> None:
         """False runs the operator's default kernel instead of one specialised by this wrapper's config."""
         self._jit = bool(enable)
+        self._version += 1
 
     def enable_persistent_cache(self, enable: bool = True) -> None:
         """False keeps compiled kernels in this process only (nothing read from or written to disk)."""
         self._persistent = bool(enable)
+        self._version += 1
 
     def set_persistent_cache_directory(self, path: str | os.PathLike) -> None:
         """Keep this operator's cubins in `path` instead of the global cache directory."""
         self._directory = os.fspath(path)
+        self._version += 1
 
     def set_jit_config(self, config: JITConfig) -> None:
         """Use `config` from the next forward on; raises ValueError when the operator cannot honour it."""
         if not isinstance(config, JITConfig):
             raise TypeError(f"set_jit_config takes a cuopjit.JITConfig, got {type(config).__name__}")
-        self.operator.check_config(config.snapshot())
-        self._config = config.copy()
+        snapshot = config.snapshot()
+        self.operator.check_config(snapshot)
+        self._config, self._snapshot = config.copy(), snapshot
+        self._version += 1
 
     def get_jit_config(self) -> JITConfig:
         return self._config.copy()
@@ -62,7 +71,8 @@ class JITWrapper:
         if self._events is not None and p.calls:
             p.execution_time = self._events.elapsed_ms()
             seconds = p.execution_time * 1e-3
-            flops, nbytes = self._work
+            args, kwargs = self._last
+            flops, nbytes = self.operator.work(*args, **kwargs)
             p.gflops = flops / seconds / 1e9 if seconds else 0.0
             p.bandwidth_gbps = nbytes / seconds / 1e9 if seconds else 0.0
         loaded = self.operator.last_kernel
@@ -74,35 +84,34 @@ class JITWrapper:
         return p
 
     # --- running ------------------------------------------------------------------------------
-    def _settings(self) -> tuple:
-        glob = get_default_global_jit_config()
-        use_jit = self._jit and self._config.enable_jit and glob.enable_jit
-        cfg = self._config.snapshot() if use_jit else None
-        if not self._persistent or not glob.enable_caching:
-            directory = kernels.MEMORY_ONLY
-        else:
-            directory = self._directory
-        return cfg, directory, use_jit and glob.enable_auto_tuning
+    def _apply(self, state: tuple, args: tuple, kwargs: dict) -> None:
+        """Configure the operator for the current settings (and, when auto-tuning, this shape bucket)."""
+        _, glob_jit, caching, tuning = state[:4]
+        use_jit = self._jit and self._snapshot.enable_jit and glob_jit
+        cfg = self._snapshot if use_jit else None
+        directory = self._directory if (self._persistent and caching) else kernels.MEMORY_ONLY
+        if use_jit and tuning:
+            from .tuning import tuned_config
+            cfg = tuned_config(self.operator, self._config, directory, args, kwargs)
+        self.operator._configure(cfg, directory)
+        self._applied = state
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the wrapped operator under this wrapper's settings, timed for the profile."""
-        settings = self._settings()
-        if settings[2]:  # auto-tuning: one decision per shape bucket
+        glob = _GLOBAL
+        state = (self._version, glob.enable_jit, glob.enable_caching, glob.enable_auto_tuning)
+        if glob.enable_auto_tuning:
             from .tuning import record_key
-            settings = settings + (record_key(self.operator, args),)
-        if settings != self._applied:
-            cfg, directory, tune = settings[:3]
-            if tune:
-                from .tuning import tuned_config
-                cfg = tuned_config(self.operator, self._config, directory, args, kwargs)
-            self.operator._configure(cfg, directory)
-            self._applied = settings
-        if self._events is None:
-            self._events = EventPair()
-        self._events.record_start()
+            state += (record_key(self.operator, args),)
+        if state != self._applied:
+            self._apply(state, args, kwargs)
+        events = self._events
+        if events is None:
+            events = self._events = EventPair()
+        events.record_start()
         result = self.operator.forward(*args, **kwargs)
-        self._events.record_end()
-        self._work = self.operator.work(*args, **kwargs)
+        events.record_end()
+        self._last = (args, kwargs)
         self._profile.calls += 1
         return result
 

@@ -1,12 +1,13 @@
 """A prepared launch: grid, block, shared bytes and a packed argument array, built once per shape.
 
-Per call only the pointer slots are rewritten and `cuLaunchKernel` receives the address of
-the prepacked `void*[]`, so a cached `forward` does no rendering, hashing, file access or
-argument marshalling.
+Per call only the pointer slots are rewritten and libcuda's `cuLaunchKernel` (through ctypes,
+see `driver.raw_entry`) receives the address of the prepacked `void*[]`, so a cached `forward`
+does no rendering, hashing, file access or argument marshalling.
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import Sequence
 
 from . import driver
@@ -24,7 +25,7 @@ class Launch:
     """
 
     __slots__ = ("function", "grid", "block", "shared", "_slots", "_pointers", "_params", "_address",
-                 "_launch", "_handle", "_success")
+                 "_call")
 
     def __init__(self, function: driver.Function, grid: Sequence[int], block: Sequence[int], shared: int,
                  args: Sequence[tuple[str, object]]):
@@ -47,22 +48,25 @@ class Launch:
         addresses += [ctypes.addressof(s) for s in scalars]
         self._params = (ctypes.c_void_p * max(len(addresses), 1))(*addresses)
         self._address = ctypes.addressof(self._params)
-        drv = driver._driver()
-        self._launch = drv.cuLaunchKernel
-        self._handle = function.handle
-        self._success = drv.CUresult.CUDA_SUCCESS
+        g, b = self.grid, self.block
+        raw = driver.raw_entry("cuLaunchKernel")
+        if raw is not None:  # cuLaunchKernel(f, grid xyz, block xyz, shared bytes, stream, params, extra)
+            u = ctypes.c_uint
+            self._call = functools.partial(raw, driver.handle_value(function.handle), u(g[0]), u(g[1]), u(g[2]),
+                                           u(b[0]), u(b[1]), u(b[2]), u(self.shared),
+                                           ctypes.c_void_p(driver.STREAM), ctypes.c_void_p(self._address), None)
+        else:  # no loadable libcuda for ctypes: the cuda.bindings wrapper (slower per call)
+            launch = driver._driver().cuLaunchKernel
+            self._call = functools.partial(_bindings_launch, launch, function.handle, *g, *b, self.shared,
+                                           self._address)
 
     def __call__(self, *pointers: int) -> None:
-        slots = self._pointers
-        for i, p in enumerate(pointers):
-            slots[i] = p
-        g, b = self.grid, self.block
-        err, = self._launch(self._handle, g[0], g[1], g[2], b[0], b[1], b[2], self.shared, driver.STREAM,
-                            self._address, 0)
-        if err != self._success:
+        self._pointers[:len(pointers)] = pointers
+        err = self._call()
+        if err:
             self._recover(err, pointers)
 
-    def _recover(self, err, pointers: tuple) -> None:
+    def _recover(self, err: int, pointers: tuple) -> None:
         """The slow path of a failed launch: a thread with no current context gets the kernel's, once."""
         device = self.function.device
         if driver.thread_ordinal() is None:
@@ -72,4 +76,9 @@ class Launch:
             raise ValueError(f"this launch belongs to device {device.ordinal} (where its tensors are) but the "
                              f"current device is {driver.thread_ordinal()}: call "
                              f"cuopjit.set_device({device.ordinal}) first")
-        check((err,), "cuLaunchKernel")
+        check((driver._driver().CUresult(err),), "cuLaunchKernel")
+
+
+def _bindings_launch(launch, handle, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int,
+                     params: int) -> int:
+    return int(launch(handle, gx, gy, gz, bx, by, bz, shared, driver.STREAM, params, 0)[0])

@@ -1,6 +1,8 @@
 """Timing with CUDA events: the JIT wrappers' performance profile and `cuopjit.benchmark`."""
 from __future__ import annotations
 
+import ctypes
+import functools
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -18,13 +20,13 @@ class EventPair:
         flags = drv.CUevent_flags.CU_EVENT_DEFAULT
         self.start = check(drv.cuEventCreate(flags), "cuEventCreate")
         self.end = check(drv.cuEventCreate(flags), "cuEventCreate")
-        self._record = drv.cuEventRecord
-
-    def record_start(self) -> None:
-        self._record(self.start, driver.STREAM)
-
-    def record_end(self) -> None:
-        self._record(self.end, driver.STREAM)
+        raw = driver.raw_entry("cuEventRecord")
+        if raw is not None:
+            self.record_start = functools.partial(_checked, raw, driver.handle_value(self.start))
+            self.record_end = functools.partial(_checked, raw, driver.handle_value(self.end))
+        else:
+            self.record_start = functools.partial(_checked, _bindings_record, self.start)
+            self.record_end = functools.partial(_checked, _bindings_record, self.end)
 
     def __del__(self) -> None:
         try:
@@ -38,6 +40,16 @@ class EventPair:
         drv = driver._driver()
         check(drv.cuEventSynchronize(self.end), "cuEventSynchronize")
         return check(drv.cuEventElapsedTime(self.start, self.end), "cuEventElapsedTime")
+
+
+def _bindings_record(event, stream: ctypes.c_void_p) -> int:
+    return int(driver._driver().cuEventRecord(event, stream.value or 0)[0])
+
+
+def _checked(record, event, stream: ctypes.c_void_p = ctypes.c_void_p(driver.STREAM)) -> None:
+    err = record(event, stream)
+    if err:
+        check((driver._driver().CUresult(err),), "cuEventRecord")
 
 
 @dataclass

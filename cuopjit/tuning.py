@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import driver, tensor
+from . import driver
 from .config import ConfigSnapshot, JITConfig
 from .kernels import MEMORY_ONLY
 from .ops.base import Operator
 from .profile import EventPair
+from .tensor import Tensor, empty
 
 RUNS = 5
 _memory_records: dict[str, dict] = {}
@@ -24,7 +25,7 @@ def _bucket(args: tuple) -> str:
     """Shapes with each dimension rounded up to a power of two: nearby sizes share a tuning result."""
     shapes = []
     for a in args:
-        if isinstance(a, tensor.Tensor):
+        if isinstance(a, Tensor):
             shapes.append("x".join(str(1 << max(0, d - 1).bit_length()) for d in a.shape))
     return ",".join(shapes)
 
@@ -61,8 +62,8 @@ def _store(directory: str | None, key: str, value: dict) -> None:
 def _copies(args: tuple) -> tuple:
     out = []
     for a in args:
-        if isinstance(a, tensor.Tensor):
-            c = tensor.empty(a.shape, a.dtype)
+        if isinstance(a, Tensor):
+            c = empty(a.shape, a.dtype)
             c.copy_from(a)
             out.append(c)
         else:

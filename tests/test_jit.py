@@ -71,7 +71,7 @@ def test_enable_jit_false_uses_the_default_kernel():
     g.set_weight(cuopjit.ones([256, 256]))
     jit = cuopjit.JITGemmFloat(g)
     cfg = cuopjit.JITConfig()
-    cfg.tile_size = 32
+    cfg.tile_size = 64   # the default for 256x256 is 32x32 tiles (enough blocks for every SM)
     jit.set_jit_config(cfg)
     a, c = cuopjit.ones([256, 256]), cuopjit.zeros([256, 256])
     jit.forward(a, c)

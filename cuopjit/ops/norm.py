@@ -21,8 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import tensor as _tensor
-from ..tensor import Tensor
+from ..tensor import Tensor, empty
 from .base import Operator, dtype_tag, scalar_t
 from .rows import BLOCK_SIZES, TILE_SIZES, RowPlan, cluster_available, plan_rows, sm_count, vector_width
 
@@ -132,7 +131,7 @@ class LayerNorm(_EpsMixin, Operator):
         blocks = rows * plan.chunks
         if blocks >= 2 ** 31:
             raise ValueError(f"{name}: {rows} rows of {length} need too many blocks")
-        ws = _tensor.empty([blocks * 2], self.dtype)
+        ws = empty([blocks * 2], self.dtype)
         part = self._prepare(self._row_spec("partials", plan, affine, per_channel), (blocks,), (plan.threads,), 0,
                              [("ptr", x.ptr), ("ptr", ws.ptr), ("i64", rows), ("i32", length),
                               ("i32", plan.chunks)])
@@ -286,7 +285,7 @@ class BatchNorm(_EpsMixin, Operator):
             return _noop
         for key, t in self._params.items():
             if t is None:
-                self._params[key] = _tensor.empty([c], self.dtype).fill(defaults[key])
+                self._params[key] = empty([c], self.dtype).fill(defaults[key])
         if self.training and n * hw < 2:
             raise ValueError(f"{name}: training needs more than one value per channel, x has shape {list(x.shape)}")
         p = self._params
@@ -295,8 +294,8 @@ class BatchNorm(_EpsMixin, Operator):
             return lambda x, y: apply(x.ptr, y.ptr)
         stats_spec, threads = self._bn_spec("stats", 1, 1)
         splits = max(1, min(-(-4 * sm_count() // c), -(-(n * hw) // threads), 1024))
-        ws = _tensor.empty([c * splits * 3], self.dtype)
-        batch = _tensor.empty([2 * c], self.dtype)
+        ws = empty([c * splits * 3], self.dtype)
+        batch = empty([2 * c], self.dtype)
         stats = self._prepare(stats_spec, (c * splits,), (threads,), 0,
                               [("ptr", x.ptr), ("ptr", ws.ptr), ("i32", n), ("i32", c), ("i64", hw),
                                ("i32", splits)])

@@ -15,8 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import tensor as _tensor
-from ..tensor import Tensor
+from ..tensor import Tensor, empty
 from .base import Operator, dtype_tag, scalar_t
 from .rows import BLOCK_SIZES, TILE_SIZES, RowPlan, cluster_available, next_pow2, plan_rows, vector_width
 
@@ -80,7 +79,7 @@ class Softmax(Operator):
             launch = self._prepare(spec, (grid,), (plan.threads,), 0,
                                    [("ptr", x.ptr), ("ptr", y.ptr), ("i64", rows), ("i32", length)])
             return lambda x, y: launch(x.ptr, y.ptr)
-        ws = _tensor.empty([rows * plan.chunks * 2], self.dtype)
+        ws = empty([rows * plan.chunks * 2], self.dtype)
         blocks = rows * plan.chunks
         if blocks >= 2 ** 31:
             raise ValueError(f"{type(self).__name__}: {rows} rows of {length} need too many blocks")

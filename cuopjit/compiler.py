@@ -112,10 +112,12 @@ def compile_cubin(source: str, name: str, options: CompileOptions, *, params: di
     prog = _check(nv.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []), "nvrtcCreateProgram")
     try:
         result = nv.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
+        # NVRTC writes into the buffer: it must be a private bytearray. `b" " * 1` (an empty log has
+        # size 1) is CPython's shared one-byte object, and writing into it corrupts every b" ".
         size = _check(nv.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        buf = b" " * size
+        buf = bytearray(size)
         _check(nv.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
-        log = buf.rstrip(b"\x00 ").decode(errors="replace")
+        log = bytes(buf).rstrip(b"\x00 ").decode(errors="replace")
         if int(result[0]) != 0:
             excerpt = _excerpt(log, template_lines) if template_lines else ""
             shown = ", ".join(f"{k}={v}" for k, v in sorted((params or {}).items()))
@@ -124,8 +126,9 @@ def compile_cubin(source: str, name: str, options: CompileOptions, *, params: di
                 f"config: {shown}\noptions: {' '.join(flags)}",
                 log=log, source=source, name=name, options=flags, params=params)
         size = _check(nv.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        cubin = b" " * size
-        _check(nv.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+        out = bytearray(size)
+        _check(nv.nvrtcGetCUBIN(prog, out), "nvrtcGetCUBIN")
+        cubin = bytes(out)
     finally:
         nv.nvrtcDestroyProgram(prog)
     return Compiled(cubin=cubin, log=log, seconds=time.perf_counter() - start)

@@ -76,3 +76,13 @@ def test_warm_lookup_is_memoised(monkeypatch):
     monkeypatch.setattr(kernels.compiler, "compile_cubin", lambda *a, **k: calls.append(a))
     cubin, info = kernels.build(spec, "sm_90")
     assert info.cache_hit and not calls
+
+
+def test_an_empty_nvrtc_log_leaves_python_intact(monkeypatch):
+    """NVRTC writes the log into our buffer; an empty log (size 1) once overwrote CPython's shared b" "."""
+    from cuopjit import compiler
+    monkeypatch.setattr(compiler.CompileOptions, "flags", lambda self: (f"--gpu-architecture={self.arch}",))
+    out = compiler.compile_cubin('extern "C" __global__ void k(float* x) { x[0] = 1.f; }', "k",
+                                 compiler.CompileOptions("sm_90"))
+    assert out.log == "" and out.cubin[:4] == b"\x7fELF"
+    assert b" "[0] == 32 and " ".encode()[0] == 32   # the shared singleton still holds a space

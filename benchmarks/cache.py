@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import tempfile
@@ -147,13 +148,55 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {label:<50} median {s['median']:.3f} {unit}  p90 {s['p90']:.3f}  max {s['max']:.3f}{verdict}")
     if not result["module_load_ms"]:
         print("  cuModuleLoadData: no GPU here, not measured")
-    print(f"  {'memory hit: get_or_build':<50} {result['memory_hit_us']:.3f} µs "
-          f"(goal ≤ 1 µs is for the pipeline's functools layer)")
+    print(f"  {'memory hit: get_or_build':<50} {result['memory_hit_us']:.3f} µs")
+    if gpus:
+        result["pipeline_lookup_us"] = _pipeline_lookup_us()
+        result["first_gemm_ms"] = _first_gemm_ms()
+        print(f"  {'memory hit: pipeline get_function (warm lookup)':<50} {result['pipeline_lookup_us']:.3f} µs"
+              f"{'  ok' if result['pipeline_lookup_us'] <= 1.0 else '  OVER GOAL'} (goal ≤ 1 µs)")
+        first = result["first_gemm_ms"]
+        print(f"  {'fresh process, warm cache: first GEMM result':<50} median {statistics.median(first):.1f} ms "
+              f"(runs: {', '.join(f'{t:.1f}' for t in first)}){'  ok' if statistics.median(first) <= 100 else '  OVER GOAL'}"
+              " (goal ≤ 100 ms after import, context creation excluded)")
     out = Path(ns.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     print(f"\nwritten to {out}")
     return 0
+
+
+def _pipeline_lookup_us() -> float:
+    """The warm path's lookup: the memoised kernels.get_function probe for a loaded kernel."""
+    from cuopjit import GemmFloat
+    spec = GemmFloat().specs()[0]
+    kernels.get_function(spec, 0, kernels.MEMORY_ONLY)
+    n = 200_000
+    return timeit.timeit(lambda: kernels.get_function(spec, 0, kernels.MEMORY_ONLY), number=n) / n * 1e6
+
+
+_FIRST_GEMM = """
+import time, numpy as np
+import cuopjit
+from cuopjit import driver
+driver.get_device()                       # context creation: excluded, as the goal says
+t0 = time.perf_counter()
+a = cuopjit.tensor(np.ones((1000, 1000), np.float32))
+g = cuopjit.GemmFloat(); g.set_weight(cuopjit.tensor(np.ones((1000, 1000), np.float32)))
+c = cuopjit.empty([1000, 1000]); g.forward(a, c)
+assert c.to_numpy()[0, 0] == 1000
+print((time.perf_counter() - t0) * 1e3)
+"""
+
+
+def _first_gemm_ms(runs: int = 5) -> list[float]:
+    """Milliseconds from after import (and context creation) to a 1000x1000 GEMM result on the host,
+    in fresh processes sharing one warm cache directory (the first run warms it and is not counted)."""
+    import subprocess
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, CUOPJIT_CACHE_DIR=tmp)
+        out = [float(subprocess.run([sys.executable, "-c", _FIRST_GEMM], env=env, capture_output=True, text=True,
+                                    check=True).stdout) for _ in range(runs + 1)]
+    return out[1:]
 
 
 if __name__ == "__main__":

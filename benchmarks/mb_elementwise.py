@@ -10,7 +10,6 @@ ITEMSIZE = {"float32": 4, "float64": 8}
 
 
 def _rel(a, b) -> float:
-    import torch
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm().clamp_min(1e-300))
 

@@ -5,8 +5,6 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import kernels
-from cuopjit.ops import FAMILIES
 from conftest import rel_error
 
 DTYPES = [np.float32, np.float64]
@@ -39,15 +37,6 @@ def reference(a, op, kernel_h=2, kernel_w=2, stride_h=None, stride_w=None, pad_h
     ow = (a.shape[3] + 2 * pad_w - kernel_w) // sw + 1
     win = win[:, :, :oh, :ow]
     return win.max(axis=(4, 5)) if op == "max" else win.mean(axis=(4, 5))
-
-
-@pytest.mark.parametrize("family", ["maxpool2d", "avgpool2d", "globalmaxpool2d", "globalavgpool2d"])
-@pytest.mark.parametrize("index", [0, 1])
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_specs_compile(family, index, arch):
-    for spec in FAMILIES[family][index]().specs():
-        cubin, _ = kernels.build(spec, arch, kernels.MEMORY_ONLY)
-        assert cubin[:4] == b"\x7fELF"
 
 
 def test_window_validation():

@@ -5,20 +5,9 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import kernels
-from cuopjit.ops import FAMILIES
 from cuopjit.ops.shape import flattened_shape
 
 DTYPES = [np.float32, np.float64]
-
-
-@pytest.mark.parametrize("family", ["flatten", "view"])
-@pytest.mark.parametrize("index", [0, 1])
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_specs_compile(family, index, arch):
-    for spec in FAMILIES[family][index]().specs():
-        cubin, _ = kernels.build(spec, arch, kernels.MEMORY_ONLY)
-        assert cubin[:4] == b"\x7fELF"
 
 
 def test_flattened_shape():

@@ -138,6 +138,36 @@ def test_layernorm(rng, dtype, shape, gshape, per_channel):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("stash", ["registers", "async", "none"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(140, 8192), (133, 20000), (133, 32768), (140, 4100), (133, 5001)])
+def test_layernorm_stream(rng, monkeypatch, dtype, shape, stash):
+    """The stream kernel (a row per SM at least), head stashed (through registers or cp.async) or all
+    re-read from L2; random data, a large offset, and constant rows."""
+    from cuopjit.ops import norm, rows
+    if not rows.cluster_available() or shape[0] < rows.sm_count():
+        pytest.skip("stream kernels run on sm_90 with a row per SM")
+    monkeypatch.setattr(norm, "plan_rows", lambda dt, cfg, length, vec, ok, **kw: rows.plan_stream(
+        dt, -(-length // vec), vec, 512, 2, 2, stash=stash != "none", l2_per_sm=1 << 40, copy_async=stash == "async"))
+    ln = _ln(dtype)
+    g = rng.standard_normal(shape[-1:]).astype(dtype)
+    b = rng.standard_normal(shape[-1:]).astype(dtype)
+    ln.set_gamma(cuopjit.tensor(g))
+    ln.set_beta(cuopjit.tensor(b))
+    for a, tol in ((rng.standard_normal(shape) * 2 + 0.5, TOL[dtype]),
+                   (1e4 + rng.standard_normal(shape), 2e-3 if dtype == np.float32 else 1e-10)):
+        a = a.astype(dtype)
+        x, y = cuopjit.tensor(a), cuopjit.empty(shape, dtype).fill(float("nan"))
+        ln.forward(x, y)
+        assert ln.last_kernel.spec.kernel == "layernorm_stream"
+        assert rel_error(y.to_numpy(), _ln_ref(a, g, b, 1e-5)) < tol
+    c = cuopjit.tensor(np.full(shape, 7.0, dtype))
+    ln.set_beta(cuopjit.tensor(np.zeros(shape[-1:], dtype)))
+    ln.forward(c, c)  # constant rows, in place: zeros
+    assert np.array_equal(c.to_numpy(), np.zeros(shape, dtype))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_layernorm_offset_and_eps(rng, dtype):
     """Large mean, small spread: the variance must come from deviations, not E[x^2] - E[x]^2."""

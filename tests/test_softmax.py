@@ -96,6 +96,28 @@ def test_row_plans_cover_lengths():
                     assert p.kind == "split" or p.cl == 1 or cluster
 
 
+def test_stream_plans():
+    """Stream plans: the stash is a multiple of the block and fits in shared memory; the rest, re-read
+    from L2, stays under its budget (else no plan: the cluster takes the row)."""
+    from cuopjit.ops import rows
+    for dtype in DTYPES:
+        for length in (4100, 8192, 20000, 32768, 65536, 10 ** 6):
+            vec = 16 // np.dtype(dtype).itemsize
+            for threads, k, nv in ((256, 3, 4), (512, 2, 2), (1024, 1, 2)):
+                p = rows.plan_stream(np.dtype(dtype), length // vec, vec, threads, k, nv)
+                if p is None:
+                    assert k * length * np.dtype(dtype).itemsize > rows.L2_PER_SM
+                    continue
+                assert p.kind == "stream" and p.stash % threads == 0 and p.stash <= length // vec
+                assert k * (p.stash_bytes(dtype) + rows.SMEM_STATIC) <= rows.SMEM_PER_SM
+                assert k * (length // vec - p.stash) * vec * np.dtype(dtype).itemsize <= rows.L2_PER_SM
+    cfg = cuopjit.JITConfig().snapshot()
+    table = ((32768, 1024, 1, 2, True),)
+    plan = rows.plan_rows(np.dtype(np.float64), cfg, 32768, 2, True, stream=table)
+    assert plan.kind == "stream" and plan.copy_async and plan.params()["ASYNC"] == 1
+    assert rows.plan_rows(np.dtype(np.float64), cfg, 32768, 2, False, stream=table).kind != "stream"
+
+
 # --- GPU ------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -135,6 +157,31 @@ def test_softmax_extreme_inputs(rng, dtype, shape, axis):
     c = np.full(shape, 3.5, dtype)
     _op(dtype).forward(cuopjit.tensor(c), y, axis=axis)
     assert np.allclose(y.to_numpy(), 1.0 / shape[axis], rtol=1e-6)
+
+
+STREAM_SHAPES = [(140, 8192), (133, 20000), (133, 32768), (140, 4100), (133, 5001)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stash", ["registers", "async", "none"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", STREAM_SHAPES)
+def test_softmax_stream(rng, monkeypatch, dtype, shape, stash):
+    """The stream kernel (at least a row per SM), with the row's head copied to shared memory through
+    registers or by cp.async, or all of it re-read from L2; normal and extreme (+-1e4) inputs."""
+    from cuopjit.ops import rows, softmax
+    if not rows.cluster_available() or shape[0] < rows.sm_count():
+        pytest.skip("stream kernels run on sm_90 with a row per SM")
+    monkeypatch.setattr(softmax, "plan_rows", lambda dt, cfg, length, vec, ok, **kw: rows.plan_stream(
+        dt, -(-length // vec), vec, 512, 2, 2, stash=stash != "none", l2_per_sm=1 << 40, copy_async=stash == "async"))
+    op = _op(dtype)
+    for a in (rng.standard_normal(shape) * 3, np.sign(rng.standard_normal(shape)) * 1e4 + rng.standard_normal(shape)):
+        a = a.astype(dtype)
+        x, y = cuopjit.tensor(a), cuopjit.empty(shape, dtype).fill(float("nan"))
+        op.forward(x, y)
+        assert op.last_kernel.spec.kernel == "softmax_stream"
+        out = y.to_numpy()
+        assert rel_error(out, _ref(a, -1)) < (TOL[dtype] if abs(a).max() < 100 else 1e-5)
 
 
 @pytest.mark.gpu

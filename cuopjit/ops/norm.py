@@ -23,7 +23,8 @@ import numpy as np
 
 from ..tensor import Tensor, empty
 from .base import Operator, dtype_tag, scalar_t
-from .rows import BLOCK_SIZES, TILE_SIZES, RowPlan, cluster_available, plan_rows, sm_count, vector_width
+from .rows import (BLOCK_SIZES, TILE_SIZES, RowPlan, cluster_available, plan_rows, prefer_shared_memory,
+                   sm_count, vector_width)
 
 
 def _noop(*args: Any) -> None:
@@ -44,6 +45,12 @@ class _EpsMixin:
             raise ValueError(f"{type(self).__name__}: eps={value!r} is not allowed: it must be >= 0")
         self._eps = value
         self._launches.clear()
+
+
+# Stream-kernel table per itemsize (rows.plan_rows): (max row length, threads, blocks per SM, vectors in
+# flight, cp.async stash). Measured on H100 against the cluster kernels (NOTES.md 5C, run 2):
+# float32 32768: 2731 vs 2710 GB/s; float64 32768: 2793 vs 2530.
+LN_STREAM = {4: ((32768, 1024, 1, 2, True),), 8: ((32768, 1024, 1, 2, True),)}
 
 
 class LayerNorm(_EpsMixin, Operator):
@@ -117,10 +124,17 @@ class LayerNorm(_EpsMixin, Operator):
         aligned = (ptrs & 15) == 0 and length % vw == 0
         per_channel = gdiv > 1
         plan = plan_rows(self.dtype, self._config, length, vector_width(self.dtype, self._config, aligned),
-                         cluster_available(), **self._long_rows())
+                         cluster_available(), **self._long_rows(rows))
         gp = self._gamma.ptr if self._gamma is not None else 0
         bp = self._beta.ptr if self._beta is not None else 0
         sc = dtype_tag(self.dtype)
+        if plan.kind == "stream":
+            launch = self._prepare(self._row_spec("stream", plan, affine, per_channel), (min(rows, 2 ** 31 - 1),),
+                                   (plan.threads,), plan.stash_bytes(self.dtype),
+                                   [("ptr", x.ptr), ("ptr", y.ptr), ("ptr", gp), ("ptr", bp), ("i64", rows),
+                                    ("i32", length), ("i32", gdiv), (sc, self.eps), ("i32", plan.stash)])
+            prefer_shared_memory(launch)
+            return lambda x, y: launch(x.ptr, y.ptr)
         if plan.kind == "rows":
             spec = self._row_spec("rows", plan, affine, per_channel)
             grid = min(-(-rows // plan.rpb), (2 ** 31 - 1) // plan.cl) * plan.cl
@@ -145,10 +159,15 @@ class LayerNorm(_EpsMixin, Operator):
             apply(x.ptr, y.ptr)
         return run
 
-    def _long_rows(self) -> dict:
-        """Automatic layout of rows longer than 2048 (measured on H100): blocks of 512 threads
-        before clusters, 32 float / 16 double elements per thread."""
-        return {"long_epts": (32,) if self.dtype == np.float32 else (16,), "long_block": 512}
+    def _long_rows(self, rows: int | None = None) -> dict:
+        """Automatic layout of rows longer than 2048 (measured on H100, benchmarks/NOTES.md 5B/5C):
+        blocks of 512 threads before clusters, 32 float / 16 double elements per thread; longer
+        rows take the stream kernel's (max length, threads, blocks per SM, vectors in flight) where
+        it measured faster, and only with a row per block for every SM (fewer rows: clusters)."""
+        out = {"long_epts": (32,) if self.dtype == np.float32 else (16,), "long_block": 512}
+        if rows is None or rows >= sm_count():
+            out["stream"] = LN_STREAM[self.dtype.itemsize]
+        return out
 
     def _row_spec(self, kind: str, plan: RowPlan, affine: int, per_channel: bool):
         params = {"kind": kind, "scalar_t": scalar_t(self.dtype), "unroll": self._config.enable_loop_unroll,
@@ -169,7 +188,7 @@ class LayerNorm(_EpsMixin, Operator):
         for length, v, pc in ((128, vec, False), (1024, vec, False), (8192, vec, False), (32768, vec, False),
                               (1000, 1, False), (7, 1, False), (64 * 224 * 224, vec, True)):
             plan = plan_rows(self.dtype, self._config, length, v, True, **self._long_rows())
-            kinds = ("rows",) if plan.kind == "rows" else ("partials", "apply")
+            kinds = (plan.kind,) if plan.kind != "split" else ("partials", "apply")
             out += [self._row_spec(k, plan, 2, pc) for k in kinds]
         return list(dict.fromkeys(out))
 

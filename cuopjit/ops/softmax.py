@@ -2,9 +2,12 @@
 
 Kernels (templates/softmax.cu.jinja; the JITConfig mapping is in rows.py):
   last axis       one block (or a few threads, for short rows) per row with the row in registers:
-                  one read of x, one write of y. Rows longer than a block: a cluster of up to 8
-                  blocks per row (sm_90, distributed shared memory); longer still, or without
-                  clusters: split-row (partial (max, sum) per chunk, then a combine-and-write kernel).
+                  one read of x, one write of y. Rows longer than a block (sm_90): the stream
+                  kernel (one block per row; head of the row stashed in shared memory, the rest
+                  re-read from L2: still one HBM read) or a cluster of up to 8 blocks per row
+                  (distributed shared memory), whichever rows.py's table says; longer still, or
+                  without clusters: split-row (partial (max, sum) per chunk, then a
+                  combine-and-write kernel).
   other axes      x viewed as outer x A x inner, reduced along A in place (no transpose):
                   threads run over the outer*inner columns, so every load is coalesced.
 """
@@ -17,9 +20,14 @@ import numpy as np
 
 from ..tensor import Tensor, empty
 from .base import Operator, dtype_tag, scalar_t
-from .rows import BLOCK_SIZES, TILE_SIZES, RowPlan, cluster_available, next_pow2, plan_rows, vector_width
+from .rows import (BLOCK_SIZES, TILE_SIZES, RowPlan, cluster_available, next_pow2, plan_rows, prefer_shared_memory,
+                   sm_count, vector_width)
 
 TEMPLATE = "softmax.cu.jinja"
+# Stream-kernel table per itemsize (rows.plan_rows): (max row length, threads, blocks per SM, vectors in
+# flight, cp.async stash). Measured on H100 against the cluster kernels (NOTES.md 5C, run 2):
+# float32 32768: 2931 vs 2882 GB/s; float64 8192: 2929 vs 2670; float64 32768: 2699 vs 2406.
+STREAM = {4: ((32768, 1024, 1, 2, True),), 8: ((8192, 256, 3, 4, True), (32768, 1024, 1, 2, True))}
 
 
 class Softmax(Operator):
@@ -68,11 +76,18 @@ class Softmax(Operator):
         if inner == 1:
             aligned = ((x.ptr | y.ptr) & 15) == 0 and a % (16 // self.dtype.itemsize) == 0
             plan = plan_rows(self.dtype, self._config, a, vector_width(self.dtype, self._config, aligned),
-                             cluster_available(), **self._long_rows())
+                             cluster_available(), **self._long_rows(outer))
             return self._rows_launch(x, y, outer, a, plan)
         return self._strided_launch(x, y, outer, a, inner)
 
     def _rows_launch(self, x: Tensor, y: Tensor, rows: int, length: int, plan: RowPlan):
+        if plan.kind == "stream":
+            launch = self._prepare(self._rows_spec("stream", plan), (min(rows, 2 ** 31 - 1),), (plan.threads,),
+                                   plan.stash_bytes(self.dtype),
+                                   [("ptr", x.ptr), ("ptr", y.ptr), ("i64", rows), ("i32", length),
+                                    ("i32", plan.stash)])
+            prefer_shared_memory(launch)
+            return lambda x, y: launch(x.ptr, y.ptr)
         if plan.kind == "rows":
             spec = self._rows_spec("rows", plan)
             grid = min(-(-rows // plan.rpb), (2 ** 31 - 1) // plan.cl) * plan.cl
@@ -95,15 +110,20 @@ class Softmax(Operator):
             apply(x.ptr, y.ptr)
         return run
 
-    def _long_rows(self) -> dict:
-        """Automatic layout of rows longer than 2048 (measured on H100): float64 prefers 8 elements
-        per thread and a cluster over 16 per thread (its exp is the costly part)."""
-        return {"long_epts": (32,)} if self.dtype == np.float32 else {"long_epts": (8, 16)}
+    def _long_rows(self, rows: int | None = None) -> dict:
+        """Automatic layout of rows longer than one block (measured on H100, benchmarks/NOTES.md 5B/5C):
+        float64 prefers 8 elements per thread and a cluster over 16 per thread (its exp is the costly
+        part); the stream kernel's (max length, threads, blocks per SM, vectors in flight) where it
+        measured faster, and only with a row per block for every SM (fewer rows: clusters)."""
+        out = {"long_epts": (32,)} if self.dtype == np.float32 else {"long_epts": (8, 16)}
+        if rows is None or rows >= sm_count():
+            out["stream"] = STREAM[self.dtype.itemsize]
+        return out
 
     def _rows_spec(self, kind: str, plan: RowPlan):
         params = {"kind": kind, "scalar_t": scalar_t(self.dtype), "unroll": self._config.enable_loop_unroll,
                   **plan.params()}
-        if self.dtype == np.float64 and (self.exp_poly or plan.cl > 1):
+        if self.dtype == np.float64 and (self.exp_poly or plan.cl > 1 or plan.kind == "stream"):
             params["exp_poly"] = 1
         return self._spec(TEMPLATE, f"softmax_{kind}", f"softmax_{kind}_{dtype_tag(self.dtype)}_{plan.tag()}", params)
 
@@ -149,7 +169,7 @@ class Softmax(Operator):
         for length, v in ((128, vec), (1024, vec), (8192, vec), (32768, vec), (1000, 1), (7, 1), (1 << 20, vec)):
             plan = plan_rows(self.dtype, self._config, length, v if self._config.enable_memory_coalescing else 1,
                              True, **self._long_rows())
-            kinds = ("rows",) if plan.kind == "rows" else ("partials", "apply")
+            kinds = (plan.kind,) if plan.kind != "split" else ("partials", "apply")
             out += [self._rows_spec(k, plan) for k in kinds]
         out += [self._strided_spec(a)[0] for a in (7, 64, 4097)]
         return list(dict.fromkeys(out))

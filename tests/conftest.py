@@ -23,9 +23,16 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    """Every test gets its own empty cache directory (CUOPJIT_CACHE_DIR)."""
+@pytest.fixture(scope="session", autouse=True)
+def session_cache(tmp_path_factory):
+    """Tests never touch the user's cache: the session shares one fresh CUOPJIT_CACHE_DIR."""
+    with scoped_env(cache_dir=str(tmp_path_factory.mktemp("cuopjit-cache"))):
+        yield
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    """An empty cache directory of this test's own (CUOPJIT_CACHE_DIR), for tests about the cache."""
     path = tmp_path / "cuopjit-cache"
     with scoped_env(cache_dir=str(path)):
         yield path
@@ -37,6 +44,15 @@ def rng(request):
     seed = int(os.environ.get("CUOPJIT_TEST_SEED") or secrets.randbits(32))
     print(f"{request.node.name}: seed {seed} (CUOPJIT_TEST_SEED={seed} replays it)")
     return np.random.default_rng(seed)
+
+
+def make_config(**fields):
+    """A JITConfig with these fields set (each assignment validated, as a user's would be)."""
+    from cuopjit import JITConfig
+    cfg = JITConfig()
+    for name, value in fields.items():
+        setattr(cfg, name, value)
+    return cfg
 
 
 def rel_error(out: np.ndarray, ref: np.ndarray) -> float:

@@ -8,17 +8,13 @@ import cuopjit
 from cuopjit import kernels
 from cuopjit.ops import FAMILIES
 
+from conftest import make_config
+
 DTYPES = [np.float32, np.float64]
 SHAPES = [(1,), (7,), (33, 7), (1000,), (4097,), (3, 1000, 7), (1 << 20) + 1]
 CONFIGS = [{}, {"block_size": 128}, {"block_size": 1024, "tile_size": 32}, {"tile_size": 16},
            {"enable_loop_unroll": False}, {"enable_memory_coalescing": False}, {"kernel_type": "simple"}]
 
-
-def _config(**fields):
-    cfg = cuopjit.JITConfig()
-    for k, v in fields.items():
-        setattr(cfg, k, v)
-    return cfg
 
 
 @pytest.mark.parametrize("fields", CONFIGS)
@@ -26,7 +22,7 @@ def _config(**fields):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_specs_compile(fields, index, arch):
     op = FAMILIES["relu"][index]()
-    op._configure(_config(**fields).snapshot(), None)
+    op._configure(make_config(**fields).snapshot(), None)
     for spec in op.specs():
         cubin, _ = kernels.build(spec, arch, kernels.MEMORY_ONLY)
         assert cubin[:4] == b"\x7fELF"
@@ -36,7 +32,7 @@ def test_config_changes_code():
     names = set()
     for fields in CONFIGS:
         op = cuopjit.ReluFloat()
-        op._configure(_config(**fields).snapshot(), None)
+        op._configure(make_config(**fields).snapshot(), None)
         names.add(kernels.source(op.specs()[0]))
     assert len(names) == len(CONFIGS)
 
@@ -52,7 +48,7 @@ def test_config_changes_code():
 def test_config_validation(fields, message):
     jit = cuopjit.JITReluFloat(cuopjit.ReluFloat())
     with pytest.raises(ValueError, match=message):
-        jit.set_jit_config(_config(**fields))
+        jit.set_jit_config(make_config(**fields))
 
 
 def test_wrapper_type():
@@ -83,7 +79,7 @@ def test_jit_relu_configs(rng, fields, dtype):
     wrapper = cuopjit.JITReluFloat if dtype == np.float32 else cuopjit.JITReluDouble
     op = (cuopjit.ReluFloat if dtype == np.float32 else cuopjit.ReluDouble)()
     jit = wrapper(op)
-    jit.set_jit_config(_config(**fields))
+    jit.set_jit_config(make_config(**fields))
     jit.enable_persistent_cache(False)
     x, y = cuopjit.tensor(a), cuopjit.empty([n], dtype).fill(float("nan"))
     jit.forward(x, y)

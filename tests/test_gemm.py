@@ -14,18 +14,12 @@ from cuopjit.compiler import CompileOptions, compile_cubin
 from cuopjit.config import JITConfig
 from cuopjit.ops.gemm_kernels import allowed_combinations, gemm_kernel
 
-from conftest import rel_error
+from conftest import make_config, rel_error
 
 DTYPES = [np.float32, np.float64]
 TOL = {np.float32: 1e-5, np.float64: 1e-13}
 TF32_TOL = 2e-3  # TF32 operands keep 10 mantissa bits: ~3e-4 relative error on random data
 
-
-def _cfg(**fields) -> cuopjit.JITConfig:
-    cfg = JITConfig()
-    for name, value in fields.items():
-        setattr(cfg, name, value)
-    return cfg
 
 
 def _grid():
@@ -40,7 +34,7 @@ def _grid():
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("dtype, tc, tile, block", list(_grid()))
 def test_every_config_compiles_without_spills(arch, dtype, tc, tile, block):
-    cfg = _cfg(tile_size=tile, block_size=block, enable_tensor_core=tc,
+    cfg = make_config(tile_size=tile, block_size=block, enable_tensor_core=tc,
                kernel_type="tensor_core" if tc else "tiled").snapshot()
     for (ta, tb), aligned in zip(itertools.product((False, True), repeat=2), (True, False, False, True)):
         template, name, params, grid, threads, shared = gemm_kernel(np.dtype(dtype), cfg, 1000, 1000, 1000,
@@ -60,10 +54,10 @@ def test_every_config_compiles_without_spills(arch, dtype, tc, tile, block):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_switch_changes_the_code(dtype, field, value, token):
     start = {"kernel_type": "tiled"} if field == "enable_tensor_core" else {}
-    base = gemm_kernel(np.dtype(dtype), _cfg(**start).snapshot(), 4096, 4096, 4096, False, False, True)
+    base = gemm_kernel(np.dtype(dtype), make_config(**start).snapshot(), 4096, 4096, 4096, False, False, True)
     if field == "enable_tensor_core":
         start = {}
-    changed = gemm_kernel(np.dtype(dtype), _cfg(**start, **{field: value}).snapshot(), 4096, 4096, 4096, False,
+    changed = gemm_kernel(np.dtype(dtype), make_config(**start, **{field: value}).snapshot(), 4096, 4096, 4096, False,
                           False, True)
     src = render(changed[0], changed[2])
     assert token in src and src != render(base[0], base[2]) and changed[1] != base[1]
@@ -73,7 +67,7 @@ def test_auto_takes_exact_fp64_tensor_cores_but_not_tf32():
     default = JITConfig().snapshot()
     assert "_dmma_" in gemm_kernel(np.dtype("float64"), default, 4096, 4096, 4096, False, False, True)[1]
     assert "_r8x8_" in gemm_kernel(np.dtype("float32"), default, 4096, 4096, 4096, False, False, True)[1]
-    tiled = _cfg(kernel_type="tiled").snapshot()
+    tiled = make_config(kernel_type="tiled").snapshot()
     assert "_r8x8_" in gemm_kernel(np.dtype("float64"), tiled, 4096, 4096, 4096, False, False, True)[1]
 
 
@@ -98,7 +92,7 @@ def test_names_and_auto_tiles():
 ])
 def test_bad_configs_raise(fields, message):
     with pytest.raises(ValueError, match=message):
-        gemm_kernel(np.dtype("float32"), _cfg(**fields).snapshot(), 64, 64, 64, False, False, True)
+        gemm_kernel(np.dtype("float32"), make_config(**fields).snapshot(), 64, 64, 64, False, False, True)
 
 
 def test_bad_dtype_and_shape_raise():
@@ -155,7 +149,7 @@ def test_alpha_beta(rng, dtype, alpha, beta):
 def test_every_config_on_gpu(rng, dtype, tc, tile, block):
     tol = TF32_TOL if tc and dtype == np.float32 else TOL[dtype]
     for field in ("enable_loop_unroll", "enable_shared_memory_opt", "enable_memory_coalescing", None):
-        cfg = _cfg(tile_size=tile, block_size=block, enable_tensor_core=tc,
+        cfg = make_config(tile_size=tile, block_size=block, enable_tensor_core=tc,
                    kernel_type="tensor_core" if tc else "tiled")
         if field:
             setattr(cfg, field, False)

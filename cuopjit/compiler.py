@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import functools
+import os
 import re
+import sys
 import time
 from dataclasses import dataclass
 
 from .errors import CompileError
 
 _ERROR_AT = re.compile(r'^"?([^"\s(]+\.jinja)"?\((\d+)\): (error|catastrophic error)', re.M)
+_WHEEL = re.compile(r"nvidia_cuda_nvrtc(?:_cu\d+)?-(\d+)\.(\d+)[.\w]*\.dist-info$")
 _RESOURCES = re.compile(r"Used (\d+) registers")
 _SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _SMEM = re.compile(r"(\d+) bytes smem")
@@ -75,10 +78,30 @@ def _check(result: tuple, what: str):
 
 
 @functools.cache
-def nvrtc_version() -> str:
-    """'13.5': part of every cache key, since another NVRTC may emit another cubin."""
+def loaded_nvrtc_version() -> str:
+    """The version the NVRTC library itself reports (loading it takes ~50 ms)."""
     major, minor = _check(_nvrtc().nvrtcVersion(), "nvrtcVersion")
     return f"{major}.{minor}"
+
+
+@functools.cache
+def nvrtc_version() -> str:
+    """'13.5': part of every cache key, since another NVRTC may emit another cubin.
+
+    Read from the nvidia-cuda-nvrtc wheel's metadata when it is installed (cuda.pathfinder loads
+    that wheel's library before any other), so a warm lookup never loads NVRTC; `compile_cubin`
+    checks it against the loaded library.
+    """
+    for entry in sys.path:  # the dist-info folder's name: a directory listing, not importlib.metadata's scan
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            m = _WHEEL.match(name)
+            if m:
+                return f"{int(m.group(1))}.{int(m.group(2))}"
+    return loaded_nvrtc_version()
 
 
 @functools.cache
@@ -107,6 +130,10 @@ def compile_cubin(source: str, name: str, options: CompileOptions, *, params: di
                   template_lines=None) -> Compiled:
     """Compile `source` to a cubin; CompileError carries the log, an excerpt of the template and the params."""
     nv = _nvrtc()
+    if loaded_nvrtc_version() != nvrtc_version():
+        from .log import warn_once
+        warn_once("nvrtc-version", f"NVRTC {loaded_nvrtc_version()} is loaded but the nvidia-cuda-nvrtc wheel is "
+                  f"{nvrtc_version()}: cache entries are keyed by the wheel's version; reinstall one of them")
     start = time.perf_counter()
     flags = options.flags()
     prog = _check(nv.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []), "nvrtcCreateProgram")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import codegen, compiler, driver
+from .cache import EntrySpec, get_cache
 from .config import ConfigSnapshot, get_default_global_jit_config
 from .errors import ExecutionError
 from .log import logger
@@ -55,9 +56,8 @@ def _options(spec: KernelSpec, arch: str) -> compiler.CompileOptions:
                                    max_registers=spec.max_registers, debug=get_default_global_jit_config().debug())
 
 
-def entry_spec(spec: KernelSpec, arch: str):
+def entry_spec(spec: KernelSpec, arch: str) -> EntrySpec:
     """The cache's view of a spec for one architecture (renders the source)."""
-    from .cache import EntrySpec
     options = _options(spec, arch)
     return EntrySpec(name=f"{spec.name}_{options.arch.replace('_', '')}", source=source(spec),
                      options=options.flags(), arch=options.arch, nvrtc_version=compiler.nvrtc_version(),
@@ -78,7 +78,6 @@ def build(spec: KernelSpec, arch: str, cache_dir: str | os.PathLike | None = Non
 
     cache_dir None uses the global cache; MEMORY_ONLY (or enable_caching=False) keeps nothing on disk.
     """
-    from .cache import get_cache
     start = time.perf_counter()
     entry = entry_spec(spec, arch)
     compiled: list[compiler.Compiled] = []
@@ -135,7 +134,6 @@ def get_function(spec: KernelSpec, ordinal: int, cache_dir: str | None = None) -
     except ExecutionError as exc:
         if not driver.is_rejected_image(exc) or cache_dir == MEMORY_ONLY:
             raise
-        from .cache import get_cache
         get_cache(cache_dir).invalidate(entry_spec(spec, device.arch), f"the driver rejected it: {exc.error_name}")
         cubin, info = build(spec, device.arch, cache_dir)
         return LoadedKernel(driver.load_function(cubin, spec.kernel, device), info, spec)

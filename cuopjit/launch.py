@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import struct
 from typing import Sequence
 
 from . import driver
@@ -24,8 +25,8 @@ class Launch:
     Pointers must come first in the kernel signature.
     """
 
-    __slots__ = ("function", "grid", "block", "shared", "_slots", "_pointers", "_params", "_address",
-                 "_call")
+    __slots__ = ("function", "grid", "block", "shared", "_slots", "_buffer", "_pointers", "_pack", "_params",
+                 "_address", "_call")
 
     def __init__(self, function: driver.Function, grid: Sequence[int], block: Sequence[int], shared: int,
                  args: Sequence[tuple[str, object]]):
@@ -39,7 +40,9 @@ class Launch:
         n_ptr = sum(1 for kind, _ in args if kind == "ptr")
         if any(kind != "ptr" for kind, _ in args[:n_ptr]):
             raise ValueError("pointer arguments must come first in the kernel signature")
-        self._pointers = (ctypes.c_uint64 * max(n_ptr, 1))()
+        self._buffer = bytearray(8 * max(n_ptr, 1))
+        self._pointers = (ctypes.c_uint64 * max(n_ptr, 1)).from_buffer(self._buffer)
+        self._pack = struct.Struct(f"<{n_ptr}Q").pack_into  # all pointers in one C call
         scalars = [_CTYPES[kind](value) for kind, value in args[n_ptr:]]
         for i, (_, value) in enumerate(args[:n_ptr]):
             self._pointers[i] = int(value or 0)
@@ -61,7 +64,10 @@ class Launch:
                                            self._address)
 
     def __call__(self, *pointers: int) -> None:
-        self._pointers[:len(pointers)] = pointers
+        try:
+            self._pack(self._buffer, 0, *pointers)
+        except struct.error:  # fewer pointers than the kernel takes: replace just those
+            self._pointers[:len(pointers)] = pointers
         err = self._call()
         if err:
             self._recover(err, pointers)

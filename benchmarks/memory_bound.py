@@ -56,13 +56,13 @@ def chart(rows: list[dict], copy_gbps: float, path: str) -> None:
         print("(matplotlib missing: no chart)")
         return
     ok = [r for r in rows if "cuopjit_gbps" in r]
-    labels = [f"{r['name']}\n{r['dtype'].replace('float', 'f')}" for r in ok]
+    labels = [f"{r['name']} {r['dtype'].replace('float', 'f')}" for r in ok]
     xs = range(len(ok))
-    fig, ax = plt.subplots(figsize=(max(8, 0.7 * len(ok)), 4.5))
+    fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(ok)), 6))
     ax.bar([x - 0.2 for x in xs], [r["cuopjit_gbps"] for r in ok], 0.4, label="cuopjit")
     ax.bar([x + 0.2 for x in xs], [r["torch_gbps"] for r in ok], 0.4, label="PyTorch")
     ax.axhline(copy_gbps, color="k", ls="--", lw=1, label=f"copy {copy_gbps:.0f} GB/s")
-    ax.set_xticks(list(xs), labels, fontsize=7)
+    ax.set_xticks(list(xs), labels, fontsize=7, rotation=60, ha="right")
     ax.set_ylabel("GB/s (bytes read + written)")
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -51,18 +51,16 @@ def export_bundle(layers: list[Layer], path: str | os.PathLike) -> BundleResult:
             if name in members:
                 continue
             try:
-                got = layer.read(f.path)
-                if got is None:
-                    continue
-                found = entry.decode(got[0])
-                if found.file_name != f.path.name:
-                    raise EntryError("name", f"file holds {found.file_name}")
+                got = layer.read_entry(f.path)
             except (EntryError, UntrustedError, OSError) as exc:
                 result.bad.append((str(f.path), str(exc)))
                 continue
-            members[name] = got[0]
+            if got is None:
+                continue
+            data, found = got
+            members[name] = data
             manifest["entries"].append({"file": f.path.name, "key": found.key, "name": found.name,
-                                        "arch": found.arch, "sha256": hashlib.sha256(got[0]).hexdigest()})
+                                        "arch": found.arch, "sha256": hashlib.sha256(data).hexdigest()})
             result.entries += 1
         for kind, p in layer.record_files():
             name = f"records/{kind}/{p.name}"

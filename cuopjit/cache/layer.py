@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..log import warn_once
-from . import fsio, trust
+from . import entry, fsio, trust
 from .entry import SUFFIX, EntrySpec
 
 _SAFE = re.compile(r"[A-Za-z0-9_.+-]{1,100}")
@@ -96,6 +96,19 @@ class Layer:
         if got is not None and (problem := trust.untrusted_reason(path, got[1])):
             raise UntrustedError(problem)
         return got
+
+    def read_entry(self, path: Path):
+        """(bytes, decoded entry) of an entry file whose header names this very file, None if absent.
+
+        Raises EntryError for a bad entry, UntrustedError or OSError as `read` does.
+        """
+        got = self.read(path)
+        if got is None:
+            return None
+        found = entry.decode(got[0])
+        if found.file_name != path.name:
+            raise entry.EntryError("name", f"file holds {found.file_name}")
+        return got[0], found
 
     def store(self, file_name: str, data: bytes) -> None:
         """Atomically install an entry (call under its key lock: orphan temp files of the key are removed)."""

@@ -107,7 +107,7 @@ class JITWrapper:
             self._apply(state, args, kwargs)
         events = self._events
         if events is None:
-            events = self._events = EventPair()
+            events = self._events = self.operator._timing = EventPair()
         events.record_start()
         result = self.operator.forward(*args, **kwargs)
         events.record_end()

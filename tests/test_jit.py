@@ -159,3 +159,16 @@ def test_forward_from_another_thread():
     t.start()
     t.join()
     assert not errors and c.to_numpy()[3, 3] == 32
+
+
+def test_profile_times_the_kernel_not_its_compile():
+    g = cuopjit.GemmFloat(trans_a=True, trans_b=True)   # a kernel no other test of this process built
+    g.set_weight(cuopjit.ones([67, 65]))
+    jit = cuopjit.JITGemmFloat(g)
+    jit.enable_persistent_cache(False)                   # so this forward runs NVRTC (tens of ms)
+    c = cuopjit.zeros([63, 67])
+    jit.forward(cuopjit.ones([65, 63]), c)
+    profile = jit.get_performance_profile()
+    assert not profile.cache_hit and profile.build_time > 5.0
+    assert profile.execution_time < 1.0, profile        # a 63x67x65 GEMM takes microseconds
+    assert c.to_numpy()[0, 0] == 65

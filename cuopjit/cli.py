@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -152,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     try:
         return ns.func(ns) or 0
+    except BrokenPipeError:  # output piped into `head` & co.: stop quietly, as other CLIs do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ValueError, TypeError, CuopjitError, OSError) as exc:
         text = str(exc).strip() or type(exc).__name__
         if not isinstance(exc, CompileError):  # a compile error's log and excerpt are the point

@@ -172,3 +172,19 @@ def test_profile_times_the_kernel_not_its_compile():
     assert not profile.cache_hit and profile.build_time > 5.0
     assert profile.execution_time < 1.0, profile        # a 63x67x65 GEMM takes microseconds
     assert c.to_numpy()[0, 0] == 65
+
+
+def test_a_cubin_the_driver_rejects_is_dropped_and_rebuilt(tmp_path):
+    from cuopjit.cache import get_cache
+    g = cuopjit.GemmFloat(trans_b=True)
+    spec = g.specs()[0]
+    entry = kernels.entry_spec(spec, cuopjit.driver.get_device().arch)
+    cache = get_cache(str(tmp_path))
+    bad = b"\x7fELF" + bytes(256)                 # checksum-valid entry, a cubin no driver loads
+    assert cache.get_or_build(entry, lambda: bad) == (bad, False)
+    cache._memory.clear()                          # as a fresh process would start
+    loaded = kernels.get_function(spec, 0, str(tmp_path))
+    assert loaded.function.handle is not None and not loaded.info.cache_hit
+    assert cache.stats().rejected == 1 and list((tmp_path / "rejected").iterdir())
+    cubin, hit = cache.get_or_build(entry, lambda: bad)
+    assert hit and cubin != bad                   # the rebuilt cubin replaced the bad entry

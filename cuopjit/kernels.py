@@ -105,8 +105,8 @@ def build(spec: KernelSpec, arch: str, cache_dir: str | os.PathLike | None = Non
 
 def _keep_source(cache, entry) -> None:
     """Debug mode keeps the rendered source beside the cache, named like the entry."""
-    directory = getattr(cache, "directory", None)
-    if directory is None:
+    directory = cache.directory
+    if directory is None:  # a memory-only cache keeps no files
         return
     path = Path(directory) / "sources" / f"{entry.name}-{entry.key[:16]}.cu"
     try:

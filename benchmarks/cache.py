@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cuopjit import codegen, kernels  # noqa: E402
 from cuopjit.cache import EntrySpec, KernelCache  # noqa: E402
 from cuopjit.cache import entry as entry_format  # noqa: E402
-from cuopjit.ops import FAMILIES  # noqa: E402
+from cuopjit.prewarm import representative_plans  # noqa: E402
 
 
 def _gpu_count() -> int:
@@ -38,10 +38,10 @@ def _gpu_count() -> int:
 def _specs_by_template() -> dict[str, list[kernels.KernelSpec]]:
     """Every kernel the operators can ask for, grouped by template."""
     out: dict[str, list[kernels.KernelSpec]] = {}
-    for classes in FAMILIES.values():
-        for cls in classes:
-            for spec in cls().specs():
-                out.setdefault(spec.template, []).append(spec)
+    for planned in representative_plans():
+        for spec in planned.plan.specs:
+            if spec not in out.setdefault(spec.template, []):
+                out[spec.template].append(spec)
     return out
 
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         times = []
         for _ in range(3):
             t0 = time.perf_counter()
-            kernels.build(specs[0], arch, kernels.MEMORY_ONLY)
+            kernels.build(specs[0], arch, persistent=False)
             times.append((time.perf_counter() - t0) * 1e3)
         result["compile_ms"][template] = {"kernel": specs[0].name, "median": statistics.median(times)}
         print(f"  {template:<24} {specs[0].name:<44} {statistics.median(times):8.1f} ms")
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         for specs in by_template.values():
             for spec in specs:
                 es = kernels.entry_spec(spec, arch)
-                cache.get_or_build(es, lambda spec=spec: kernels.build(spec, arch, kernels.MEMORY_ONLY)[0])
+                cache.get_or_build(es, lambda spec=spec: kernels.build(spec, arch, persistent=False)[0])
                 entries.append((es, spec.kernel))
         ctx, queue = mp.get_context("spawn"), None
         hit, verify, load = [], [], []
@@ -167,11 +167,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _pipeline_lookup_us() -> float:
     """The warm path's lookup: the memoised kernels.get_function probe for a loaded kernel."""
-    from cuopjit import GemmFloat
-    spec = GemmFloat().specs()[0]
-    kernels.get_function(spec, 0, kernels.MEMORY_ONLY)
+    spec = representative_plans(["gemm"], ["float32"])[0].plan.specs[0]
+    kernels.get_function(spec, 0, None, False)
     n = 200_000
-    return timeit.timeit(lambda: kernels.get_function(spec, 0, kernels.MEMORY_ONLY), number=n) / n * 1e6
+    return timeit.timeit(lambda: kernels.get_function(spec, 0, None, False), number=n) / n * 1e6
 
 
 _FIRST_GEMM = """

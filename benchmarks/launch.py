@@ -4,7 +4,9 @@ Each method launches the same kernel with the same arguments. Calls are timed in
 500 (below the driver's launch-queue depth, so the GPU never throttles the host), with a
 synchronize between batches that is not timed; the figure is the median per-call host time.
 
-    python benchmarks/launch.py [--op relu|gemm] [--calls 100000] [--out benchmarks/results/launch.json]
+    python benchmarks/launch.py [--op relu|gemm] [--calls 100000] [--out benchmarks/results/launch_<op>.json]
+
+Also: the same forward through a JIT wrapper, and a captured graph of 100 forwards replayed.
 """
 from __future__ import annotations
 
@@ -51,46 +53,66 @@ def tiny_op(name: str):
     return op, (cuopjit.ones([1, 1]), cuopjit.zeros([1, 1]))
 
 
-def typed_args(launch):
-    """The prepared launch's arguments as numpy scalars (what CuPy and cuda.core accept)."""
-    args = [np.uint64(p) for p in launch._pointers[:len(launch._pointers)]]
-    conv = {"c_int": np.int32, "c_long": np.int64, "c_float": np.float32, "c_double": np.float64}
-    for slot in launch._slots:
-        args.append(conv[type(slot).__name__](slot.value))
-    return args
+def typed_args(launch, pointers):
+    """The launch's arguments as numpy scalars (what CuPy and cuda.core accept), pointers from the call."""
+    conv = {"i32": np.int32, "i64": np.int64, "f32": np.float32, "f64": np.float64}
+    return [np.uint64(pointers[a.value] + a.offset) if a.kind == "ptr" else conv[a.kind](a.value)
+            for a in launch.kl.args]
+
+
+def graph_replay_us(op, args, kernels_per_graph: int = 100, replays: int = 200) -> float:
+    """Host microseconds per kernel of replaying a captured graph of `kernels_per_graph` forwards."""
+    with cuopjit.graph() as g:
+        for _ in range(kernels_per_graph):
+            op.forward(*args)
+    g.replay()
+    cuopjit.synchronize()
+    samples = []
+    for _ in range(replays):
+        t0 = time.perf_counter_ns()
+        g.replay()
+        samples.append((time.perf_counter_ns() - t0) / kernels_per_graph / 1e3)
+        cuopjit.synchronize()
+    return statistics.median(samples)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--op", default="relu" if hasattr(cuopjit, "ReluFloat") else "gemm")
+    ap.add_argument("--op", default="relu", choices=("relu", "gemm"))
     ap.add_argument("--calls", type=int, default=100_000)
-    ap.add_argument("--out", default="benchmarks/results/launch.json")
+    ap.add_argument("--out", default=None, help="default: benchmarks/results/launch_<op>.json")
     ns = ap.parse_args()
+    out_path = ns.out or f"benchmarks/results/launch_{ns.op}.json"
+
+    from cuda.core import Device, LaunchConfig, ObjectCode, launch as core_launch
+    dev = driver.get_device()
+    core_dev = Device(dev.ordinal)
+    core_dev.set_current()
+    core_stream = core_dev.create_stream()
+    driver.get_device().make_current()
 
     op, args = tiny_op(ns.op)
-    op.forward(*args)
-    launch = next(iter(op._launches.values()))
-    spec = op.last_kernel.spec
-    dev = driver.get_device()
+    op.forward(*args, stream=core_stream)
+    _, pointers, _ = op._bind(*args)
+    launch = next(iter(op._plans.values()))
+    spec = launch.kl.spec
     cubin, _ = kernels.build(spec, dev.arch)
-    n_ptr = len(launch._pointers)
-    targs = typed_args(launch)[: n_ptr + len(launch._slots)]
-    jit = getattr(cuopjit, "JIT" + type(op).__name__, None)
+    targs = typed_args(launch, pointers)
+    jit = getattr(cuopjit, "JIT" + type(op).__name__)(op)
+    jit.forward(*args, stream=core_stream)
+    jit.get_performance_profile()
+    jit.forward(*args, stream=core_stream)         # the timed call after a profile read; later calls are untimed
 
-    results = {"cuopjit forward": per_call_us(lambda: op.forward(*args), ns.calls),
-               "cuopjit Launch (prepared)": per_call_us(lambda: launch(*[int(a) for a in targs[:n_ptr]]), ns.calls)}
-    if jit is not None:
-        w = jit(op)
-        w.forward(*args)
-        results["cuopjit JIT wrapper forward"] = per_call_us(lambda: w.forward(*args), ns.calls)
+    results = {"cuopjit forward (stream given)": per_call_us(lambda: op.forward(*args, stream=core_stream), ns.calls),
+               "cuopjit forward (current stream)": per_call_us(lambda: op.forward(*args), ns.calls),
+               "cuopjit JIT wrapper forward (stream given)": per_call_us(
+                   lambda: jit.forward(*args, stream=core_stream), ns.calls),
+               "cuopjit prepared Launch": per_call_us(lambda: launch(pointers, core_stream.handle), ns.calls)}
     try:
-        from cuda.core import Device, LaunchConfig, ObjectCode, launch as core_launch
-        d = Device(dev.ordinal)
-        d.set_current()
         kernel = ObjectCode.from_cubin(cubin).get_kernel(spec.kernel)
-        stream = d.default_stream
-        cfg = LaunchConfig(grid=launch.grid, block=launch.block, shmem_size=launch.shared)
-        results["cuda.core launch"] = per_call_us(lambda: core_launch(stream, cfg, kernel, *targs), ns.calls)
+        cfg = LaunchConfig(grid=launch.kl.grid, block=launch.kl.block, shmem_size=launch.kl.shared)
+        core_dev.set_current()
+        results["cuda.core launch"] = per_call_us(lambda: core_launch(core_stream, cfg, kernel, *targs), ns.calls)
         driver.get_device().make_current()
     except Exception as exc:  # report, keep the other figures
         results["cuda.core launch"] = f"failed: {exc}"
@@ -99,25 +121,32 @@ def main() -> None:
         with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
             f.write(cubin)
         fn = cupy.RawModule(path=f.name).get_function(spec.kernel)
-        grid, block = launch.grid, launch.block
-        results["CuPy RawKernel"] = per_call_us(lambda: fn(grid, block, tuple(targs), shared_mem=launch.shared),
+        grid, block = launch.kl.grid, launch.kl.block
+        results["CuPy RawKernel"] = per_call_us(lambda: fn(grid, block, tuple(targs), shared_mem=launch.kl.shared),
                                                 ns.calls)
         os.unlink(f.name)
     except Exception as exc:
         results["CuPy RawKernel"] = f"failed: {exc}"
+    results["graph replay, per kernel of 100"] = graph_replay_us(op, args)
 
     core = results.get("cuda.core launch")
+    bare = results["cuopjit forward (stream given)"]
     print(f"\nhost time per cached launch of {spec.name} ({ns.calls} calls, median of {BATCH}-call batches)")
-    print(f"{'method':<30}{'us/call':>10}{'vs cuda.core':>14}")
+    print(f"{'method':<44}{'us/call':>10}{'vs cuda.core':>14}")
     for name, us in results.items():
         if isinstance(us, str):
-            print(f"{name:<30}{us}")
+            print(f"{name:<44}{us}")
             continue
         ratio = f"{us / core:.2f}x" if isinstance(core, float) else "-"
-        print(f"{name:<30}{us:>10.2f}{ratio:>14}")
-    os.makedirs(os.path.dirname(ns.out) or ".", exist_ok=True)
-    with open(ns.out, "w") as f:
-        json.dump({"kernel": spec.name, "device": dev.name, "calls": ns.calls, "us_per_call": results}, f, indent=2)
+        print(f"{name:<44}{us:>10.2f}{ratio:>14}")
+    ratios = {"forward / cuda.core launch": bare / core if isinstance(core, float) else None,
+              "JIT wrapper forward / forward": results["cuopjit JIT wrapper forward (stream given)"] / bare}
+    for name, r in ratios.items():
+        print(f"{name:<44}{r:>10.3f}" if r is not None else f"{name:<44}-")
+    os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
+    with open(out_path, "w") as f:
+        json.dump({"kernel": spec.name, "device": dev.name, "calls": ns.calls, "us_per_call": results,
+                   "ratios": ratios}, f, indent=2)
 
 
 if __name__ == "__main__":

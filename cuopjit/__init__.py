@@ -13,7 +13,10 @@ from .ops import (AveragePool2DDouble, AveragePool2DFloat, AxpyDouble, AxpyFloat
                   DotFloat, FlattenDouble, FlattenFloat, GlobalAveragePool2DDouble, GlobalAveragePool2DFloat,
                   GlobalMaxPool2DDouble, GlobalMaxPool2DFloat, MaxPool2DDouble, MaxPool2DFloat, ReluDouble,
                   ReluFloat, ScalDouble, ScalFloat, ViewDouble, ViewFloat)
+from .graph import Graph, graph
 from .profile import PerformanceProfile, benchmark
+from .streams import Stream
+from .streams import use as stream
 from .system import get_device, get_device_count, get_memory_info, print_system_info, set_device
 from .tensor import (Tensor, TensorDouble, TensorFloat, empty, eye, from_dlpack, linspace, logspace,
                      meshgrid, ones, random, tensor, zeros)
@@ -29,7 +32,7 @@ __all__ = [
     "Tensor", "TensorFloat", "TensorDouble", "tensor", "from_dlpack", "zeros", "ones", "empty", "random", "eye",
     "linspace", "logspace", "meshgrid",
     "get_device_count", "get_device", "set_device", "synchronize", "get_memory_info", "print_system_info",
-    "empty_cache", "memory_context", "benchmark", "PerformanceProfile",
+    "empty_cache", "memory_context", "benchmark", "PerformanceProfile", "Stream", "stream", "graph", "Graph",
     "GemmFloat", "GemmDouble", "JITWrapper", "JITGemmFloat", "JITGemmDouble",
     "ScalFloat", "ScalDouble", "AxpyFloat", "AxpyDouble", "CopyFloat", "CopyDouble", "DotFloat", "DotDouble",
     "ReluFloat", "ReluDouble", "JITReluFloat", "JITReluDouble",

@@ -8,12 +8,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
-from . import compiler, kernels
+from . import compiler, kernels, prewarm, target
 from .config import JITConfig, get_default_global_jit_config
 from .errors import CompileError, CuopjitError
 from .ops import FAMILIES
-
-DTYPES = ("float32", "float64")
+from .prewarm import DTYPES
 
 
 def _config_args(p: argparse.ArgumentParser) -> None:
@@ -24,6 +23,7 @@ def _config_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--optimization-level", default="O3", choices=("O0", "O1", "O2", "O3"))
     g.add_argument("--max-registers", type=int, default=0)
     g.add_argument("--tensor-core", action="store_true", help="enable_tensor_core=True")
+    g.add_argument("--tma", action="store_true", help="enable_tma=True")
     g.add_argument("--no-unroll", action="store_true", help="enable_loop_unroll=False")
     g.add_argument("--no-coalescing", action="store_true", help="enable_memory_coalescing=False")
     g.add_argument("--no-shared-memory-opt", action="store_true", help="enable_shared_memory_opt=False")
@@ -34,26 +34,11 @@ def _config(ns: argparse.Namespace) -> JITConfig:
     cfg.kernel_type, cfg.tile_size, cfg.block_size = ns.kernel_type, ns.tile_size, ns.block_size
     cfg.optimization_level, cfg.max_registers = ns.optimization_level, ns.max_registers
     cfg.enable_tensor_core = ns.tensor_core
+    cfg.enable_tma = ns.tma
     cfg.enable_loop_unroll = not ns.no_unroll
     cfg.enable_memory_coalescing = not ns.no_coalescing
     cfg.enable_shared_memory_opt = not ns.no_shared_memory_opt
     return cfg
-
-
-def _operators(ops: Sequence[str] | None, dtypes: Sequence[str] | None, cfg: JITConfig | None = None):
-    """Instances of the requested operator families and dtypes, configured with `cfg`."""
-    for op in ops or FAMILIES:
-        if op not in FAMILIES:
-            raise ValueError(f"unknown op {op!r}: choose from {', '.join(FAMILIES)}")
-    out = []
-    for op in ops or FAMILIES:
-        for dt in dtypes or DTYPES:
-            cls = FAMILIES[op][DTYPES.index(dt)]
-            inst = cls()
-            if cfg is not None:
-                inst._configure(cfg.snapshot(), None)
-            out.append(inst)
-    return out
 
 
 def _archs(text: str | None) -> list[str]:
@@ -68,19 +53,17 @@ def _archs(text: str | None) -> list[str]:
         if a not in known:
             raise ValueError(f"--arch {a} is not a target this NVRTC ({compiler.nvrtc_version()}) knows: "
                              f"choose from {', '.join(known)}")
+        target.named(a)
     return archs
 
 
 def cmd_prewarm(ns: argparse.Namespace) -> int:
+    """Build the kernels of every representative plan for each --arch: what forward runs on such a GPU."""
     archs = _archs(ns.arch)
     if ns.cache_dir:
         get_default_global_jit_config().cache_dir = ns.cache_dir
-    specs = []
-    for inst in _operators(ns.op, ns.dtype):
-        for spec in inst.specs():
-            for arch in archs:
-                if (spec, arch) not in specs:
-                    specs.append((spec, arch))
+    planned = prewarm.representative_plans(ns.op, ns.dtype, archs, _config(ns).snapshot())
+    todo = prewarm.kernels_to_build(planned)
     jobs = ns.jobs or get_default_global_jit_config().max_compilation_threads
     start, done, cached = time.perf_counter(), 0, 0
 
@@ -88,14 +71,14 @@ def cmd_prewarm(ns: argparse.Namespace) -> int:
         return item, kernels.build(*item)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for (spec, arch), (_, info) in pool.map(one, specs):
+        for (spec, arch), (_, info) in pool.map(one, todo):
             done += 1
             cached += info.cache_hit
             state = "cached" if info.cache_hit else f"compiled in {info.seconds * 1e3:.0f} ms"
             if not ns.quiet:
-                print(f"[{done}/{len(specs)}] {spec.name} {arch}: {state}", flush=True)
-    print(f"prewarmed {len(specs)} kernels for {', '.join(archs)} in {time.perf_counter() - start:.1f} s: "
-          f"{len(specs) - cached} compiled, {cached} already cached "
+                print(f"[{done}/{len(todo)}] {spec.name} {arch}: {state}", flush=True)
+    print(f"prewarmed {len(todo)} kernels for {', '.join(archs)} in {time.perf_counter() - start:.1f} s: "
+          f"{len(todo) - cached} compiled, {cached} already cached "
           f"({get_default_global_jit_config().resolved_cache_dir()})")
     if getattr(ns, "bundle", None):
         from .cache import get_cache
@@ -105,10 +88,17 @@ def cmd_prewarm(ns: argparse.Namespace) -> int:
 
 
 def cmd_show(ns: argparse.Namespace) -> int:
-    cfg = _config(ns)
-    insts = _operators([ns.op], [ns.dtype], cfg)
-    specs = insts[0].specs()
-    for spec in specs if ns.all else specs[:1]:
+    """The CUDA C of the kernels an operator runs for its representative problems on --arch (default sm_90)."""
+    archs = _archs(ns.arch or "sm_90")
+    planned = prewarm.representative_plans([ns.op], [ns.dtype], archs[:1], _config(ns).snapshot())
+    shown = []
+    for p in planned:
+        for kl in p.plan.launches:
+            if kl.spec not in [s for s, _ in shown]:
+                shown.append((kl.spec, kl))
+    for spec, kl in shown if ns.all else shown[:1]:
+        print(f"// {spec.name}: {kl.units}; grid {kl.grid}, block {kl.block}, {kl.shared} B dynamic shared memory"
+              + (f", cluster {kl.cluster}" if kl.cluster != (1, 1, 1) else ""))
         print(kernels.source(spec))
     return 0
 
@@ -132,12 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", help="cache directory (default: CUOPJIT_CACHE_DIR or the user cache dir)")
     p.add_argument("--quiet", action="store_true", help="print only the summary")
     p.add_argument("--bundle", metavar="FILE", help="also write the cache into a portable bundle (cuopjit cache import)")
+    _config_args(p)
     p.set_defaults(func=cmd_prewarm)
 
     p = sub.add_parser("show", help="print the generated CUDA C of an operator")
     p.add_argument("op", help=f"operator family: {', '.join(FAMILIES)}")
     p.add_argument("--dtype", default="float32", choices=DTYPES)
     p.add_argument("--all", action="store_true", help="every kernel the operator may use, not just the first")
+    p.add_argument("--arch", help="the target to plan for (default sm_90)")
     _config_args(p)
     p.set_defaults(func=cmd_show)
 

@@ -2,8 +2,7 @@
 
 Nothing here runs at import. The first call that needs a GPU initialises the driver;
 a machine without one gets `NoDeviceError` saying what still works without a GPU.
-cuopjit launches on the legacy default stream, so its work is ordered with PyTorch's and
-CuPy's default streams without extra synchronisation.
+The current device is per thread (default 0), as in the CUDA runtime and PyTorch.
 """
 from __future__ import annotations
 
@@ -15,10 +14,8 @@ from dataclasses import dataclass
 
 from .errors import ExecutionError, NoDeviceError, check
 
-STREAM = 0  # the legacy default stream
 _lock = threading.Lock()
-_tls = threading.local()
-_state = {"current": 0}
+_tls = threading.local()   # .ordinal: whose context is current on this thread; .current: the device chosen
 
 _NO_GPU_HINT = ("cuopjit can still render, compile and prewarm kernels without one "
                 "(e.g. `cuopjit prewarm --arch sm_90`)")
@@ -63,11 +60,22 @@ class Device:
     sm_count: int
     total_memory: int
     max_shared_per_block: int
+    max_shared_per_sm: int
+    registers_per_sm: int
+    max_threads_per_sm: int
+    l2_bytes: int
 
     @property
     def arch(self) -> str:
         """'sm_90' for an H100: the target the pipeline compiles for."""
         return f"sm_{self.major}{self.minor}"
+
+    def target(self):
+        """This device's facts as a planning Target."""
+        from .target import Target
+        return Target(arch=self.arch, name=self.name, sm_count=self.sm_count, smem_per_block=self.max_shared_per_block,
+                      smem_per_sm=self.max_shared_per_sm, regs_per_sm=self.registers_per_sm,
+                      max_threads_per_sm=self.max_threads_per_sm, l2_bytes=self.l2_bytes)
 
     def make_current(self) -> None:
         """Make this device's primary context current on the calling thread (cheap when it already is)."""
@@ -98,12 +106,16 @@ def _device(ordinal: int) -> Device:
         sm_count=get(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
         total_memory=check(drv.cuDeviceTotalMem(handle), "cuDeviceTotalMem"),
         max_shared_per_block=get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+        max_shared_per_sm=get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR),
+        registers_per_sm=get(attr.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR),
+        max_threads_per_sm=get(attr.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR),
+        l2_bytes=get(attr.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
     )
 
 
 def get_device(ordinal: int | None = None) -> Device:
     """The device with this ordinal (default: the current one), its context current on this thread."""
-    dev = _device(_state["current"] if ordinal is None else ordinal)
+    dev = _device(current_ordinal() if ordinal is None else ordinal)
     dev.make_current()
     return dev
 
@@ -114,13 +126,14 @@ def thread_ordinal() -> int | None:
 
 
 def current_ordinal() -> int:
-    return _state["current"]
+    """The device this thread's tensors and launches use (set_device), 0 until set."""
+    return getattr(_tls, "current", 0)
 
 
 def set_device(ordinal: int) -> None:
-    """Make `ordinal` the device later tensors and launches use."""
+    """Make `ordinal` the device this thread's later tensors and launches use."""
     _device(ordinal).make_current()
-    _state["current"] = ordinal
+    _tls.current = ordinal
 
 
 def synchronize() -> None:
@@ -173,6 +186,26 @@ class Function:
         self.handle = check(drv.cuModuleGetFunction(self.module, kernel.encode()), f"cuModuleGetFunction({kernel})")
         self.device = device
         self._shared_limit = 48 * 1024
+        self._carveout = False
+
+    def __del__(self) -> None:
+        """The module is unloaded once nothing (cache entry, plan) holds this function any more."""
+        module = getattr(self, "module", None)
+        if module is not None:
+            try:
+                _driver().cuModuleUnload(module)
+            except Exception:  # interpreter shutdown
+                pass
+
+    def prefer_shared_carveout(self) -> None:
+        """Ask for the largest shared-memory carveout, so several blocks with large shared buffers fit per SM
+        (the driver's default may pick a smaller one)."""
+        if not self._carveout:
+            drv = _driver()
+            check(drv.cuFuncSetAttribute(
+                self.handle, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100),
+                "cuFuncSetAttribute")
+            self._carveout = True
 
     def reserve_shared(self, nbytes: int) -> None:
         """Allow `nbytes` of dynamic shared memory (over 48 KiB needs an explicit opt-in)."""

@@ -1,23 +1,27 @@
 """JIT* wrappers: a JITConfig, the persistent-cache switch, auto-tuning and a performance profile.
 
-A wrapper owns no kernels: it configures the operator it wraps (config snapshot and cache
-directory) and times each forward with a pair of CUDA events.
+A wrapper owns no kernels and never changes the operator it wraps: each forward passes the
+wrapper's own RunSettings to the operator, whose plan memo keys on them, so two wrappers around
+one operator (and the bare operator) each run their own kernels. Timing costs two event records,
+so only the first forward and the forward after each `get_performance_profile()` are timed.
 """
 from __future__ import annotations
 
 import os
 from typing import Any, ClassVar
 
-from . import kernels
+from . import executor, streams
 from .config import JITConfig, get_default_global_jit_config
 from .ops.base import Operator
 from .profile import EventPair, PerformanceProfile
+from .settings import DEFAULT, RunSettings
+from .target import named as named_target
 
 _GLOBAL = get_default_global_jit_config()
 
 
 class JITWrapper:
-    """Base of JITGemmFloat & co.: `forward` runs the wrapped operator with this wrapper's settings."""
+    """Base of JITGemmFloat & co.: `forward` runs the wrapped operator under this wrapper's settings."""
 
     operator_type: ClassVar[type[Operator]] = Operator
 
@@ -27,15 +31,17 @@ class JITWrapper:
                             f"got {type(operator).__name__}")
         self.operator = operator
         self._config = JITConfig()
-        self._snapshot = self._config.snapshot()
         self._jit = True
         self._persistent = True
         self._directory: str | None = None
-        self._version = 0           # bumped by every setter, so forward re-applies settings only then
-        self._applied: tuple | None = None
+        self._version = 0           # bumped by every setter: settings are rebuilt only then
+        self._state: tuple | None = None
+        self._settings = DEFAULT
         self._events: EventPair | None = None
+        self._time_next = True
         self._profile = PerformanceProfile()
-        self._last: tuple = ((), {})
+        self._last: tuple = (None, (), {})      # (runner, args, kwargs) of the last forward
+        self._timed: tuple | None = None        # (runner, args, kwargs) of the last timed forward
 
     # --- the cuOP JIT API -------------------------------------------------------------------
     def enable_jit(self, enable: bool = True) -> None:
@@ -49,69 +55,82 @@ class JITWrapper:
         self._version += 1
 
     def set_persistent_cache_directory(self, path: str | os.PathLike) -> None:
-        """Keep this operator's cubins in `path` instead of the global cache directory."""
+        """Keep this wrapper's cubins in `path` instead of the global cache directory."""
         self._directory = os.fspath(path)
         self._version += 1
 
     def set_jit_config(self, config: JITConfig) -> None:
-        """Use `config` from the next forward on; raises ValueError when the operator cannot honour it."""
+        """Use `config` from the next forward on (a copy: later edits do not leak in).
+
+        Raises ValueError at once for a value no kernel of the operator can honour (checked on the
+        family's first representative problem of this dtype); shape-dependent limits raise at forward.
+        """
         if not isinstance(config, JITConfig):
             raise TypeError(f"set_jit_config takes a cuopjit.JITConfig, got {type(config).__name__}")
-        snapshot = config.snapshot()
-        self.operator.check_config(snapshot)
-        self._config, self._snapshot = config.copy(), snapshot
+        family = self.operator.family
+        problem = next((p for p in family.problems() if p.dtype == self.operator.dtype.name), None)
+        if problem is not None:
+            family.choices(problem, config.snapshot(), named_target("sm_90"))
+        self._config = config.copy()
         self._version += 1
 
     def get_jit_config(self) -> JITConfig:
         return self._config.copy()
 
     def get_performance_profile(self) -> PerformanceProfile:
-        """Time, GFLOP/s and GB/s of the last forward (waits for it to finish), and how its kernel was built."""
+        """Time, GFLOP/s and GB/s of the last timed forward (waits for it), which kernels ran and on which units.
+
+        The first forward is timed, and so is the forward after each call of this method.
+        """
         p = self._profile
-        if self._events is not None and p.calls:
+        if self._timed is not None and self._events is not None:
+            run, args, kwargs = self._timed
             p.execution_time = self._events.elapsed_ms()
             seconds = p.execution_time * 1e-3
-            args, kwargs = self._last
             flops, nbytes = self.operator.work(*args, **kwargs)
             p.gflops = flops / seconds / 1e9 if seconds else 0.0
             p.bandwidth_gbps = nbytes / seconds / 1e9 if seconds else 0.0
-        loaded = self.operator.last_kernel
-        if loaded is not None:
-            p.kernel_name = loaded.spec.name
-            p.cache_hit = loaded.info.cache_hit
-            p.build_time = loaded.info.seconds * 1e3
-            p.registers = loaded.info.registers
+        run = self._last[0]
+        if run is not None:
+            runner = executor.runner_of(run)
+            p.kernel_name, p.units, p.plan_choice = runner.kernel_names, runner.units, runner.plan.choice
+            if runner.kernels:
+                infos = [k.info for k in runner.kernels]
+                p.cache_hit = all(i.cache_hit for i in infos)
+                p.build_time = sum(i.seconds for i in infos) * 1e3
+                p.registers = infos[0].registers
+        self._time_next = True
         return p
 
     # --- running ------------------------------------------------------------------------------
-    def _apply(self, state: tuple, args: tuple, kwargs: dict) -> None:
-        """Configure the operator for the current settings (and, when auto-tuning, this shape bucket)."""
-        _, glob_jit, caching, tuning = state[:4]
-        use_jit = self._jit and self._snapshot.enable_jit and glob_jit
-        cfg = self._snapshot if use_jit else None
-        directory = self._directory if (self._persistent and caching) else kernels.MEMORY_ONLY
-        if use_jit and tuning:
-            from .tuning import tuned_config
-            cfg = tuned_config(self.operator, self._config, directory, args, kwargs)
-        self.operator._configure(cfg, directory)
-        self._applied = state
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the wrapped operator under this wrapper's settings, timed for the profile."""
+    def _current_settings(self) -> RunSettings:
+        """This wrapper's settings under the global switches (rebuilt only when one of them changed)."""
         glob = _GLOBAL
         state = (self._version, glob.enable_jit, glob.enable_caching, glob.enable_auto_tuning)
-        if glob.enable_auto_tuning:
-            from .tuning import record_key
-            state += (record_key(self.operator, args),)
-        if state != self._applied:
-            self._apply(state, args, kwargs)
-        events = self._events
-        if events is None:
-            events = self._events = self.operator._timing = EventPair()
-        events.record_start()
-        result = self.operator.forward(*args, **kwargs)
-        events.record_end()
-        self._last = (args, kwargs)
+        if state != self._state:
+            use_jit = self._jit and self._config.enable_jit and glob.enable_jit
+            config = self._config.snapshot() if use_jit else DEFAULT.config
+            self._settings = RunSettings.of(config, self._directory, self._persistent and glob.enable_caching,
+                                            use_jit and glob.enable_auto_tuning)
+            self._state = state
+        return self._settings
+
+    def forward(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
+        """Run the wrapped operator under this wrapper's settings on `stream` (default: the current stream)."""
+        s = streams.current() if stream is None else streams.handle(stream)
+        run, pointers, result = self.operator._lookup(self._current_settings(), s, args, kwargs)
+        if self._time_next:
+            events = self._events
+            if events is None:
+                events = self._events = EventPair()
+            events.record_start(s)
+            run(pointers, s)
+            events.record_end(s)
+            self._timed = (run, args, kwargs)
+            self._time_next = False
+        else:
+            run(pointers, s)
+        self._last = (run, args, kwargs)
         self._profile.calls += 1
         return result
 

@@ -19,9 +19,6 @@ from .config import ConfigSnapshot, get_default_global_jit_config
 from .errors import ExecutionError
 from .log import logger
 
-MEMORY_ONLY = "memory"  # cache_dir value of an operator whose persistent cache is switched off
-
-
 @dataclass(frozen=True)
 class KernelSpec:
     """Everything that decides a kernel's code: the template, its parameters and the compile settings."""
@@ -31,19 +28,22 @@ class KernelSpec:
     params: tuple[tuple[str, Any], ...]
     optimization_level: str = "O3"
     max_registers: int = 0
-    arch_specific: bool = False  # needs the sm_90a target (wgmma, setmaxnreg)
 
-    def arch_for(self, arch: str) -> str:
-        """The NVRTC target for a device architecture: 'sm_90' -> 'sm_90a' when the kernel needs it."""
-        return arch + "a" if self.arch_specific and not arch.endswith("a") else arch
+
+CompileOpts = tuple  # (optimization_level, max_registers), as a family's choice carries them
+DEFAULT_OPTS: CompileOpts = ("O3", 0)
+
+
+def compile_opts(cfg: ConfigSnapshot) -> CompileOpts:
+    """The JITConfig fields that reach NVRTC rather than the template."""
+    return (cfg.optimization_level, cfg.max_registers)
 
 
 def make_spec(template: str, kernel: str, name: str, params: Mapping[str, Any],
-              cfg: ConfigSnapshot | None = None, arch_specific: bool = False) -> KernelSpec:
-    """A KernelSpec with the compile settings (optimisation level, register cap) taken from `cfg`."""
+              opts: CompileOpts = DEFAULT_OPTS) -> KernelSpec:
+    """A KernelSpec: template, entry point, readable name, parameters and compile settings `opts`."""
     return KernelSpec(template=template, kernel=kernel, name=name, params=tuple(sorted(params.items())),
-                      optimization_level=cfg.optimization_level if cfg else "O3",
-                      max_registers=cfg.max_registers if cfg else 0, arch_specific=arch_specific)
+                      optimization_level=opts[0], max_registers=opts[1])
 
 
 def source(spec: KernelSpec) -> str:
@@ -52,7 +52,7 @@ def source(spec: KernelSpec) -> str:
 
 
 def _options(spec: KernelSpec, arch: str) -> compiler.CompileOptions:
-    return compiler.CompileOptions(arch=spec.arch_for(arch), optimization_level=spec.optimization_level,
+    return compiler.CompileOptions(arch=arch, optimization_level=spec.optimization_level,
                                    max_registers=spec.max_registers, debug=get_default_global_jit_config().debug())
 
 
@@ -73,10 +73,11 @@ class BuildInfo:
     spill_bytes: int = 0
 
 
-def build(spec: KernelSpec, arch: str, cache_dir: str | os.PathLike | None = None) -> tuple[bytes, BuildInfo]:
+def build(spec: KernelSpec, arch: str, cache_dir: str | os.PathLike | None = None,
+          persistent: bool = True) -> tuple[bytes, BuildInfo]:
     """The cubin for `spec` on `arch`: from the cache, or compiled with NVRTC and stored.
 
-    cache_dir None uses the global cache; MEMORY_ONLY (or enable_caching=False) keeps nothing on disk.
+    cache_dir None uses the global cache; persistent False (or enable_caching=False) keeps nothing on disk.
     """
     start = time.perf_counter()
     entry = entry_spec(spec, arch)
@@ -90,7 +91,7 @@ def build(spec: KernelSpec, arch: str, cache_dir: str | os.PathLike | None = Non
                        c.registers, c.spill_bytes)
         return c.cubin
 
-    if cache_dir == MEMORY_ONLY:
+    if not persistent:
         cubin, hit = compile_now(), False
     else:
         cache = get_cache(cache_dir)
@@ -124,15 +125,24 @@ class LoadedKernel:
         self.function, self.info, self.spec = function, info, spec
 
 
+def is_cached(spec: KernelSpec, arch: str, cache_dir: str | None = None) -> bool:
+    """True when a cache layer holds the cubin for `spec` on `arch` (nothing is compiled)."""
+    return get_cache(cache_dir).contains(entry_spec(spec, arch))
+
+
 @functools.lru_cache(maxsize=4096)
-def get_function(spec: KernelSpec, ordinal: int, cache_dir: str | None = None) -> LoadedKernel:
-    """The loaded kernel for a spec on a device, memoised; a cubin the driver rejects is rebuilt once."""
+def get_function(spec: KernelSpec, ordinal: int, cache_dir: str | None = None, persistent: bool = True
+                 ) -> LoadedKernel:
+    """The loaded kernel for a spec on a device, memoised; a cubin the driver rejects is rebuilt once.
+
+    An entry that leaves this memo unloads its module once no plan holds it (driver.Function).
+    """
     device = driver.get_device(ordinal)
-    cubin, info = build(spec, device.arch, cache_dir)
+    cubin, info = build(spec, device.arch, cache_dir, persistent)
     try:
         return LoadedKernel(driver.load_function(cubin, spec.kernel, device), info, spec)
     except ExecutionError as exc:
-        if not driver.is_rejected_image(exc) or cache_dir == MEMORY_ONLY:
+        if not driver.is_rejected_image(exc) or not persistent:
             raise
         get_cache(cache_dir).invalidate(entry_spec(spec, device.arch), f"the driver rejected it: {exc.error_name}")
         cubin, info = build(spec, device.arch, cache_dir)

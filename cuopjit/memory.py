@@ -27,6 +27,11 @@ class MemoryStats:
 _stats: dict[int, MemoryStats] = {}
 
 
+def _capturing_here() -> bool:
+    from .graph import capturing_here
+    return capturing_here()
+
+
 @functools.cache
 def _pool(ordinal: int):
     """The device's default memory pool, told to keep freed memory cached."""
@@ -39,18 +44,22 @@ def _pool(ordinal: int):
     return pool
 
 
-def allocate(nbytes: int, ordinal: int) -> int:
-    """A device pointer to `nbytes` (0 for an empty request); raises cuopjit.MemoryError when the GPU is full."""
+def allocate(nbytes: int, ordinal: int, stream: int = 0) -> int:
+    """A device pointer to `nbytes` (0 for an empty request), ordered on `stream`; raises cuopjit.MemoryError
+    when the GPU is full."""
     if nbytes == 0:
         return 0
     drv = driver._driver()
     _pool(ordinal)
-    err, ptr = drv.cuMemAllocAsync(nbytes, driver.STREAM)
+    if stream == 0 and _capturing_here():
+        raise RuntimeError("a tensor cannot be created inside `with cuopjit.graph()`: the allocation would break "
+                           "the capture. Create every tensor the captured forwards use before the block")
+    err, ptr = drv.cuMemAllocAsync(nbytes, stream)
     if int(err) != 0:
         if err.name != "CUDA_ERROR_OUT_OF_MEMORY":
             check((err,), "cuMemAllocAsync")
         empty_cache(ordinal)
-        err, ptr = drv.cuMemAllocAsync(nbytes, driver.STREAM)
+        err, ptr = drv.cuMemAllocAsync(nbytes, stream)
         if int(err) != 0:
             free, total = driver.memory_info()
             st = stats(ordinal)
@@ -66,13 +75,13 @@ def allocate(nbytes: int, ordinal: int) -> int:
     return int(ptr)
 
 
-def release(ptr: int, nbytes: int, ordinal: int) -> None:
-    """Return a pointer from `allocate` to the pool (stream-ordered: queued work finishes first)."""
+def release(ptr: int, nbytes: int, ordinal: int, stream: int = 0) -> None:
+    """Return a pointer from `allocate` to the pool, ordered on `stream` (queued work there finishes first)."""
     if ptr == 0:
         return
     drv = driver._driver()
     driver.get_device(ordinal)
-    check(drv.cuMemFreeAsync(ptr, driver.STREAM), "cuMemFreeAsync")
+    check(drv.cuMemFreeAsync(ptr, stream), "cuMemFreeAsync")
     st = _stats[ordinal]
     st.allocated_bytes -= nbytes
     st.frees += 1

@@ -15,6 +15,7 @@ from . import driver, memory
 from .errors import check
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_STREAM = 0  # copies and fills go on the legacy default stream, ordered with torch's and CuPy's default streams
 
 
 def as_dtype(dtype: Any) -> np.dtype:
@@ -104,7 +105,7 @@ class Tensor:
             if src.dtype != self.dtype:
                 raise TypeError(f"copy_from: src is {src.dtype.name}, this tensor is {self.dtype.name}")
             if self._nbytes:
-                check(drv.cuMemcpyDtoDAsync(self.ptr, src.ptr, self._nbytes, driver.STREAM), "cuMemcpyDtoDAsync")
+                check(drv.cuMemcpyDtoDAsync(self.ptr, src.ptr, self._nbytes, _STREAM), "cuMemcpyDtoDAsync")
             return self
         arr = np.ascontiguousarray(src, dtype=self.dtype)
         _same_shape("src", arr.shape, self.shape)
@@ -130,12 +131,12 @@ class Tensor:
         driver.get_device(self.device)
         bits = np.array([value], dtype=self.dtype).view(np.uint32 if self.dtype == np.float32 else np.uint64)[0]
         if self.dtype == np.float32:
-            check(drv.cuMemsetD32Async(self.ptr, int(bits), self.size, driver.STREAM), "cuMemsetD32Async")
+            check(drv.cuMemsetD32Async(self.ptr, int(bits), self.size, _STREAM), "cuMemsetD32Async")
         else:
             lo, hi = int(bits) & 0xFFFFFFFF, int(bits) >> 32
             # a 2-D memset writes the low words (column 0) and high words (column 1) of each double
-            check(drv.cuMemsetD2D32Async(self.ptr, 8, lo, 1, self.size, driver.STREAM), "cuMemsetD2D32Async")
-            check(drv.cuMemsetD2D32Async(self.ptr + 4, 8, hi, 1, self.size, driver.STREAM), "cuMemsetD2D32Async")
+            check(drv.cuMemsetD2D32Async(self.ptr, 8, lo, 1, self.size, _STREAM), "cuMemsetD2D32Async")
+            check(drv.cuMemsetD2D32Async(self.ptr + 4, 8, hi, 1, self.size, _STREAM), "cuMemsetD2D32Async")
         return self
 
     def zero(self) -> "Tensor":
@@ -143,7 +144,7 @@ class Tensor:
         self._live()
         if self._nbytes:
             driver.get_device(self.device)
-            check(driver._driver().cuMemsetD8Async(self.ptr, 0, self._nbytes, driver.STREAM), "cuMemsetD8Async")
+            check(driver._driver().cuMemsetD8Async(self.ptr, 0, self._nbytes, _STREAM), "cuMemsetD8Async")
         return self
 
     def reshape(self, *shape: Any) -> "Tensor":

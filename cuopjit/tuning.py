@@ -1,102 +1,89 @@
-"""Auto-tuning (GlobalJITConfig.enable_auto_tuning): time an operator's candidate configs, keep the fastest.
+"""Auto-tuning (GlobalJITConfig.enable_auto_tuning): time a family's choices once per problem, keep the fastest.
 
-Each timing is one record in the cache, keyed by operator, shape bucket, dtype and device
-identity (name, SM count, arch, driver), so a new candidate never discards earlier timings and
-another process on the same GPU model reuses them. Tuning runs on copies of the tensor
-arguments: in-place operators never see their inputs changed more than once.
+Runs only when a plan is made (the first forward of a shape under a wrapper's settings), never on
+a warm forward. Each timing is one entry of a record in the cache, keyed by family, shape bucket,
+dtype and device identity (name, SM count, arch, driver), so a new choice never discards earlier
+timings and another process on the same GPU model reuses them. Trials run on copies of the
+tensor arguments: in-place operators never see their inputs changed more than once.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
-from . import driver
-from .config import ConfigSnapshot, JITConfig
-from .kernels import MEMORY_ONLY
-from .ops.base import Operator
+from . import driver, executor
+from .plan import Plan
 from .profile import EventPair
+from .settings import RunSettings
+from .target import Target
 from .tensor import Tensor, empty
 
 RUNS = 5
 _memory_records: dict[str, dict] = {}
 
 
-def _bucket(args: tuple) -> str:
-    """Shapes with each dimension rounded up to a power of two: nearby sizes share a tuning result."""
-    shapes = []
-    for a in args:
-        if isinstance(a, Tensor):
-            shapes.append("x".join(str(1 << max(0, d - 1).bit_length()) for d in a.shape))
-    return ",".join(shapes)
+def _bucket(value: Any) -> str:
+    """Sizes rounded up to a power of two, so nearby shapes share a tuning record."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return str(value)
+    return str(1 << max(0, value - 1).bit_length())
 
 
-def record_key(op: Operator, args: tuple) -> str:
-    dev = driver.get_device()
-    return (f"{type(op).__name__}|{_bucket(args)}|{dev.name}|{dev.sm_count}|{dev.arch}|"
-            f"{driver.driver_version()}")
+def record_key(family: str, problem: Any, target: Target) -> str:
+    """family|problem bucket|device identity: the key of one tuning record."""
+    fields = ",".join(f"{f.name}={_bucket(getattr(problem, f.name))}" for f in dataclasses.fields(problem)
+                      if not isinstance(getattr(problem, f.name), float))
+    return f"{family}|{fields}|{target.name}|{target.sm_count}|{target.arch}|{driver.driver_version()}"
 
 
-def config_label(cfg: ConfigSnapshot) -> str:
-    """'tile_size=64,block_size=128': the fields that differ from the defaults."""
-    default = JITConfig().snapshot()
-    diff = [f"{f.name}={getattr(cfg, f.name)}" for f in dataclasses.fields(cfg)
-            if getattr(cfg, f.name) != getattr(default, f.name)]
-    return ",".join(diff) or "default"
-
-
-def _load(directory: str | None, key: str) -> dict:
-    if directory == MEMORY_ONLY:
+def _load(settings: RunSettings, key: str) -> dict:
+    if not settings.persistent:
         return dict(_memory_records.get(key, {}))
     from .cache import get_cache
-    return get_cache(directory).load_record("tuning", key) or {}
+    return get_cache(settings.cache_dir).load_record("tuning", key) or {}
 
 
-def _store(directory: str | None, key: str, value: dict) -> None:
-    if directory == MEMORY_ONLY:
+def _store(settings: RunSettings, key: str, value: dict) -> None:
+    if not settings.persistent:
         _memory_records[key] = dict(value)
         return
     from .cache import get_cache
-    get_cache(directory).store_record("tuning", key, value)
+    get_cache(settings.cache_dir).store_record("tuning", key, value)
 
 
-def _copies(args: tuple) -> tuple:
-    out = []
-    for a in args:
-        if isinstance(a, Tensor):
-            c = empty(a.shape, a.dtype)
-            c.copy_from(a)
-            out.append(c)
-        else:
-            out.append(a)
-    return tuple(out)
+def _copy(value: Any) -> Any:
+    if not isinstance(value, Tensor):
+        return value
+    out = empty(value.shape, value.dtype)
+    out.copy_from(value)
+    return out
 
 
-def _time(op: Operator, args: tuple, kwargs: dict) -> float:
-    op.forward(*args, **kwargs)
+def _time(run, pointers: tuple, stream: int) -> float:
+    run(pointers, stream)
     events = EventPair()
-    events.record_start()
+    events.record_start(stream)
     for _ in range(RUNS):
-        op.forward(*args, **kwargs)
-    events.record_end()
+        run(pointers, stream)
+    events.record_end(stream)
     return events.elapsed_ms() / RUNS
 
 
-def tuned_config(op: Operator, config: JITConfig, directory: str | None, args: tuple,
-                 kwargs: dict[str, Any]) -> ConfigSnapshot:
-    """The fastest of `op.tuning_candidates(config)` on these arguments (the config itself if none)."""
-    base = config.snapshot()
-    candidates = op.tuning_candidates(base)
-    if not candidates:
-        return base
-    key = record_key(op, args)
-    timings = _load(directory, key)
-    labels = {config_label(c): c for c in candidates}
+def fastest(op: Any, problem: Any, choices: Sequence[Any], settings: RunSettings, target: Target,
+            args: tuple, kwargs: dict, stream: int = 0) -> Plan:
+    """The plan of the fastest of `choices` on this device, timing only those the record lacks."""
+    key = record_key(op.family.name, problem, target)
+    timings = _load(settings, key)
+    labels = {c.label: c for c in choices}
     missing = [label for label in labels if label not in timings]
     if missing:
-        trial = _copies(args)
+        trial_args = tuple(_copy(a) for a in args)
+        trial_kwargs = {k: _copy(v) for k, v in kwargs.items()}
+        _, pointers, _ = op._bind(*trial_args, **trial_kwargs)
+        ordinal = driver.current_ordinal()
         for label in missing:
-            op._configure(labels[label], directory)
-            timings[label] = _time(op, trial, kwargs)
-            _store(directory, key, timings)
-    best = min((label for label in labels), key=lambda label: timings[label])
-    return labels[best]
+            run = executor.load(op.family.plan(problem, labels[label], target), ordinal, settings)
+            timings[label] = _time(run, pointers, stream)
+        _store(settings, key, timings)
+    best = min(labels, key=lambda label: timings[label])
+    return op.family.plan(problem, labels[best], target)

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import kernels
-from cuopjit.ops import FAMILIES
+from cuopjit import kernels, target
 
 from conftest import make_config
 
@@ -17,38 +16,43 @@ CONFIGS = [{}, {"block_size": 128}, {"block_size": 1024, "tile_size": 32}, {"til
 
 
 
+SEED_CONFIGS = [{"kernel_type": k, "tile_size": t, "block_size": 256}
+                for k in ("auto", "simple", "tiled", "warp_optimized", "tensor_core") for t in (16, 32, 64, 128)]
+SEED_CONFIGS.append({"kernel_type": "tiled", "tile_size": 32, "block_size": 256, "optimization_level": "O2",
+                     "enable_tensor_core": True, "enable_tma": True, "max_registers": 255})
+
+
+def _specs(fields: dict, dtype: str = "float32") -> list:
+    family = cuopjit.ReluFloat.family
+    cfg = make_config(**fields).snapshot()
+    return [s for p in family.problems() if p.dtype == dtype
+            for s in family.default_plan(p, cfg, target.named("sm_90")).specs]
+
+
 @pytest.mark.parametrize("fields", CONFIGS)
-@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_specs_compile(fields, index, arch):
-    op = FAMILIES["relu"][index]()
-    op._configure(make_config(**fields).snapshot(), None)
-    for spec in op.specs():
-        cubin, _ = kernels.build(spec, arch, kernels.MEMORY_ONLY)
+def test_plans_compile(fields, dtype, arch):
+    for spec in _specs(fields, dtype):
+        cubin, _ = kernels.build(spec, arch, persistent=False)
         assert cubin[:4] == b"\x7fELF"
 
 
 def test_config_changes_code():
-    names = set()
-    for fields in CONFIGS:
-        op = cuopjit.ReluFloat()
-        op._configure(make_config(**fields).snapshot(), None)
-        names.add(kernels.source(op.specs()[0]))
-    assert len(names) == len(CONFIGS)
+    sources = {tuple(kernels.source(s) for s in _specs(fields)) for fields in CONFIGS}
+    assert len(sources) == len(CONFIGS)
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"tile_size": 64}, r"ReluFloat does not take tile_size=64: choose one of 0, 8, 16, 32"),
-    ({"block_size": 32}, r"ReluFloat does not take block_size=32"),
-    ({"kernel_type": "warp_optimized"}, r"ReluFloat has no kernel_type='warp_optimized': choose one of 'auto', "
-                                        r"'tiled', 'simple'"),
-    ({"enable_tensor_core": True}, "ReluFloat has no tensor-core kernel: set enable_tensor_core=False"),
-    ({"enable_tma": True}, "ReluFloat has no TMA kernel: set enable_tma=False"),
-])
-def test_config_validation(fields, message):
+def test_every_seed_configuration_plans():
+    for fields in SEED_CONFIGS:
+        assert _specs(fields)
+
+
+def test_a_tile_no_kernel_takes_says_what_to_choose():
     jit = cuopjit.JITReluFloat(cuopjit.ReluFloat())
-    with pytest.raises(ValueError, match=message):
-        jit.set_jit_config(make_config(**fields))
+    with pytest.raises(ValueError, match=r"tile_size=256 is not available for streaming kernels: choose one of "
+                                         r"0, 8, 16, 32, 64, 128"):
+        jit.set_jit_config(make_config(tile_size=256))
 
 
 def test_wrapper_type():
@@ -70,7 +74,7 @@ def test_relu(rng, dtype, shape):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fields", CONFIGS)
+@pytest.mark.parametrize("fields", CONFIGS + SEED_CONFIGS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_jit_relu_configs(rng, fields, dtype):
     n = 4097 * 33

@@ -27,16 +27,11 @@ def test_prewarm_twice_compiles_once(cache_dir):
     assert f"0 compiled, {m.group(1)} already cached" in second.stdout, second.stdout
 
 
-def test_prewarm_everything_needs_no_gpu(cache_dir):
-    out = cuopjit("prewarm", "--arch", "sm_90", "--quiet", "--jobs", "2", cache_dir=cache_dir)
-    assert out.returncode == 0, out.stderr
-    assert re.search(r"prewarmed \d+ kernels for sm_90", out.stdout)
-
-
-def test_show_prints_the_rendered_kernel():
-    out = cuopjit("show", "gemm", "--dtype", "float32", "--tile-size", "64")
+def test_show_prints_the_rendered_kernel_and_its_units():
+    out = cuopjit("show", "gemm", "--dtype", "float32", "--tile-size", "64", "--tensor-core")
     assert out.returncode == 0, out.stderr
     assert "BM=64" in out.stdout and "BN=64" in out.stdout
+    assert out.stdout.startswith("// gemm_f32_t64x64") and "TF32 tensor cores" in out.stdout.splitlines()[0]
     assert 'extern "C" __global__' in out.stdout and "#line" in out.stdout
 
 

@@ -1,48 +1,128 @@
-"""GEMM: every allowed config renders and compiles without spills (CPU, real NVRTC); bad configs raise
-with a message that says what is allowed; on a GPU, GemmFloat/GemmDouble match float64 NumPy on fresh
-random inputs, odd sizes, transposes and alpha/beta, with C poisoned with NaN first."""
+"""GEMM: every kernel shape compiles without spills for sm_80 and sm_90 (CPU, real NVRTC); configs map
+to shapes and units as documented, bad ones raise saying what to choose; on a GPU, GemmFloat/GemmDouble
+match float64 NumPy for every shape and seed configuration, odd sizes, transposes, alpha/beta and K = 0,
+with C poisoned with NaN first."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit.codegen import render
-from cuopjit.compiler import CompileOptions, compile_cubin
+from cuopjit import executor, kernels
 from cuopjit.config import JITConfig
-from cuopjit.ops.gemm_kernels import allowed_combinations, gemm_kernel
+from cuopjit.ops import gemm_kernels as gk
+from cuopjit.ops import gemm_shapes as shapes
+from cuopjit.settings import DEFAULT
+from cuopjit.target import named
 
 from conftest import make_config, rel_error
 
 DTYPES = [np.float32, np.float64]
-TOL = {np.float32: 1e-5, np.float64: 1e-13}
-TF32_TOL = 2e-3  # TF32 operands keep 10 mantissa bits: ~3e-4 relative error on random data
+SM90, SM80 = named("sm_90"), named("sm_80")
+TF32_TOL = 2e-3   # TF32 operands keep 10 mantissa bits (round to nearest: 2^-11 relative each)
+TRANS = list(itertools.product((False, True), repeat=2))
+KERNEL_TYPES = ("auto", "simple", "tiled", "warp_optimized", "tensor_core")
+SEED_CONFIGS = [{"kernel_type": k, "tile_size": t, "block_size": 256} for k in KERNEL_TYPES for t in (16, 32, 64, 128)]
+SEED_CONFIGS += [{"kernel_type": "tiled", "tile_size": 32, "block_size": 256, "optimization_level": "O2",
+                  "enable_tensor_core": True, "enable_tma": True, "max_registers": 255},
+                 {"kernel_type": "simple", "tile_size": 16}, {"kernel_type": "tensor_core", "tile_size": 64}]
 
 
+def _all_shapes():
+    """Every (dtype, shape) the family can build: the tuned ones and every derived (tile, block) pair."""
+    for dtype, mma in itertools.product(("float32", "float64"), (False, True)):
+        for tile in shapes.TILES:
+            for threads in shapes.valid_threads(dtype, mma, tile):
+                s = shapes.shape(dtype, mma, tile, threads)
+                yield pytest.param(dtype, s, id=f"{dtype}-{'mma' if mma else 'simt'}-{tile}-{threads}")
 
-def _grid():
-    for dtype, tc in itertools.product(DTYPES, (False, True)):
-        for tile, block in allowed_combinations(np.dtype(dtype), tc):
-            yield pytest.param(dtype, tc, tile, block, id=f"{np.dtype(dtype).name}-{'tc' if tc else 'simt'}-"
-                                                           f"{tile}-{block}")
+
+def _tol(dtype, k: int, tf32: bool = False) -> float:
+    """Norm-wise relative error bound: K products summed, a few roundings more (alpha, beta, the reference)."""
+    return TF32_TOL if tf32 else 2 * (k + 4) * np.finfo(dtype).eps
 
 
-# --- CPU: render + compile every allowed config -----------------------------------------------------
+# --- CPU: every shape compiles for both targets ------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("dtype, tc, tile, block", list(_grid()))
-def test_every_config_compiles_without_spills(arch, dtype, tc, tile, block):
-    cfg = make_config(tile_size=tile, block_size=block, enable_tensor_core=tc,
-               kernel_type="tensor_core" if tc else "tiled").snapshot()
-    for (ta, tb), aligned in zip(itertools.product((False, True), repeat=2), (True, False, False, True)):
-        template, name, params, grid, threads, shared = gemm_kernel(np.dtype(dtype), cfg, 1000, 1000, 1000,
-                                                                    ta, tb, aligned)
-        out = compile_cubin(render(template, params), name, CompileOptions(arch=arch), params=params)
-        assert out.spill_bytes == 0, f"{name} spills on {arch}:\n{out.log}"
-        assert out.registers <= 255 and threads == (block, 1, 1) and shared == 0
-        assert grid == (-(-1000 // tile), -(-1000 // tile), 1)
+@pytest.mark.parametrize("dtype, shape", list(_all_shapes()))
+def test_every_shape_compiles_without_spills(arch, dtype, shape):
+    target = named(arch)
+    for (ta, tb), aligned in zip(TRANS, (True, False, False, True)):
+        plan = gk.plan(gk.packed(dtype, 1000, 1000, 1000, ta, tb, aligned), gk.GemmChoice(shape), target)
+        (launch,) = plan.launches
+        _, info = kernels.build(launch.spec, arch, persistent=False)
+        assert info.spill_bytes == 0, f"{launch.spec.name} spills {info.spill_bytes} bytes on {arch}"
+        assert launch.block == (shape.threads, 1, 1) and launch.shared == 0
+        assert launch.grid == (-(-1000 // shape.bn), -(-1000 // shape.bm), 1)
+        assert shapes.static_smem(shape, dtype, 8) <= shapes.STATIC_SMEM
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_prewarm_problems_compile_under_the_seed_configurations(arch):
+    specs = {s for p in gk.problems() for fields in [{}, *SEED_CONFIGS]
+             for s in gk.FAMILY.default_plan(p, make_config(**fields).snapshot(), named(arch)).specs}
+    for spec in specs:
+        cubin, _ = kernels.build(spec, arch, persistent=False)
+        assert cubin[:4] == b"\x7fELF"
+
+
+def test_problems_cover_both_dtypes_and_what_a_default_gemm_runs():
+    probs = gk.problems()
+    assert {p.dtype for p in probs} == {"float32", "float64"}
+    default = JITConfig().snapshot()
+    built = {s for p in probs for s in gk.FAMILY.default_plan(p, default, SM90).specs}
+    for dtype in ("float32", "float64"):
+        for m, n, k in ((1000, 1000, 1000), (4096, 4096, 4096), (7, 7, 7)):
+            for trans_b in (False, True):
+                runs = gk.FAMILY.default_plan(gk.packed(dtype, m, n, k, False, trans_b, m != 7), default, SM90)
+                assert set(runs.specs) <= built
+
+
+# --- CPU: how configs map to kernels -----------------------------------------------------------------
+
+@pytest.mark.parametrize("kernel_type, tc, dtype, units", [
+    ("auto", False, "float32", "FP32 cores (SIMT)"),
+    ("auto", True, "float32", "TF32 tensor cores (mma.sync)"),
+    ("auto", False, "float64", "FP64 tensor cores (DMMA mma.sync)"),
+    ("tiled", False, "float32", "FP32 cores (SIMT)"),
+    ("tiled", True, "float32", "TF32 tensor cores (mma.sync)"),
+    ("tiled", False, "float64", "FP64 cores (SIMT)"),
+    ("tiled", True, "float64", "FP64 tensor cores (DMMA mma.sync)"),
+    ("warp_optimized", False, "float32", "FP32 cores (SIMT)"),
+    ("warp_optimized", True, "float32", "TF32 tensor cores (mma.sync)"),
+    ("warp_optimized", False, "float64", "FP64 tensor cores (DMMA mma.sync)"),
+    ("tensor_core", False, "float32", "TF32 tensor cores (mma.sync)"),
+    ("tensor_core", False, "float64", "FP64 tensor cores (DMMA mma.sync)"),
+    ("simple", True, "float32", "FP32 cores (SIMT)"),
+    ("simple", True, "float64", "FP64 cores (SIMT)"),
+])
+def test_kernel_type_and_tensor_core_permission_pick_the_units(kernel_type, tc, dtype, units):
+    cfg = make_config(kernel_type=kernel_type, enable_tensor_core=tc).snapshot()
+    (launch,) = gk.FAMILY.default_plan(gk.packed(dtype, 4096, 4096, 4096), cfg, SM90).launches
+    assert launch.units == units
+    assert ("_tf32_" in launch.spec.name or "_dmma_" in launch.spec.name) == ("tensor" in units)
+
+
+def test_every_seed_configuration_plans_for_both_dtypes_and_targets():
+    for fields, dtype, target in itertools.product(SEED_CONFIGS, ("float32", "float64"), (SM80, SM90)):
+        cfg = make_config(**fields).snapshot()
+        (launch,) = gk.FAMILY.default_plan(gk.packed(dtype, 1000, 1000, 1000), cfg, target).launches
+        if fields.get("tile_size"):
+            assert f"_t{fields['tile_size']}x{fields['tile_size']}x" in launch.spec.name
+        if fields.get("block_size"):
+            assert launch.block == (fields["block_size"], 1, 1)
+
+
+def test_simple_is_a_16_tile_one_output_per_thread():
+    cfg = make_config(kernel_type="simple", enable_tensor_core=True).snapshot()
+    (launch,) = gk.FAMILY.default_plan(gk.packed("float32", 4096, 4096, 4096), cfg, SM90).launches
+    assert launch.spec.name.startswith("gemm_f32_t16x16x16_r1x1_") and launch.block == (256, 1, 1)
+    big = make_config(kernel_type="simple", block_size=1024).snapshot()
+    assert "_t32x32x16_r1x1_" in gk.FAMILY.default_plan(gk.packed("float32", 64, 64, 64), big, SM90).specs[0].name
 
 
 @pytest.mark.parametrize("field, value, token", [
@@ -51,80 +131,130 @@ def test_every_config_compiles_without_spills(arch, dtype, tc, tile, block):
     ("enable_memory_coalescing", False, "#define VEC 1"),
     ("enable_tensor_core", True, "mma.sync.aligned"),
 ])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_every_switch_changes_the_code(dtype, field, value, token):
-    start = {"kernel_type": "tiled"} if field == "enable_tensor_core" else {}
-    base = gemm_kernel(np.dtype(dtype), make_config(**start).snapshot(), 4096, 4096, 4096, False, False, True)
-    if field == "enable_tensor_core":
-        start = {}
-    changed = gemm_kernel(np.dtype(dtype), make_config(**start, **{field: value}).snapshot(), 4096, 4096, 4096, False,
-                          False, True)
-    src = render(changed[0], changed[2])
-    assert token in src and src != render(base[0], base[2]) and changed[1] != base[1]
+    start = {"kernel_type": "tiled"}
+    problem = gk.packed(dtype, 4096, 4096, 4096)
+    base = gk.FAMILY.default_plan(problem, make_config(**start).snapshot(), SM90).specs[0]
+    changed = gk.FAMILY.default_plan(problem, make_config(**start, **{field: value}).snapshot(), SM90).specs[0]
+    src = kernels.source(changed)
+    assert token in src and src != kernels.source(base) and changed.name != base.name
 
 
-def test_auto_takes_exact_fp64_tensor_cores_but_not_tf32():
+def test_compile_settings_reach_the_spec_and_tma_is_ignored():
+    cfg = make_config(optimization_level="O2", max_registers=255, enable_tma=True).snapshot()
+    spec = gk.FAMILY.default_plan(gk.packed("float32", 1024, 1024, 1024), cfg, SM90).specs[0]
+    plain = gk.FAMILY.default_plan(gk.packed("float32", 1024, 1024, 1024), JITConfig().snapshot(), SM90).specs[0]
+    assert (spec.optimization_level, spec.max_registers) == ("O2", 255) and spec.params == plain.params
+
+
+def test_names_and_auto_tiles_follow_the_targets_sm_count():
     default = JITConfig().snapshot()
-    assert "_dmma_" in gemm_kernel(np.dtype("float64"), default, 4096, 4096, 4096, False, False, True)[1]
-    assert "_r8x8_" in gemm_kernel(np.dtype("float32"), default, 4096, 4096, 4096, False, False, True)[1]
-    tiled = make_config(kernel_type="tiled").snapshot()
-    assert "_r8x8_" in gemm_kernel(np.dtype("float64"), tiled, 4096, 4096, 4096, False, False, True)[1]
-
-
-def test_names_and_auto_tiles():
-    default = JITConfig().snapshot()
-    assert gemm_kernel(np.dtype("float32"), default, 4096, 4096, 4096, False, False, True)[1] \
-        == "gemm_f32_t128x128x16_r8x8_nn_v4"
-    assert gemm_kernel(np.dtype("float64"), default, 7, 7, 7, True, True, False)[1].endswith("_tt_v1")
-    # Small problems get smaller tiles so that the 132 SMs still have blocks to run.
+    name = gk.FAMILY.default_plan(gk.packed("float32", 4096, 4096, 4096), default, SM90).specs[0].name
+    assert name == "gemm_f32_t128x128x16_r8x8_nn_v4"
+    tt = gk.FAMILY.default_plan(gk.packed("float64", 7, 7, 7, True, True, False), default, SM90).specs[0].name
+    assert tt.endswith("_tt_v1")
+    # Small problems get smaller tiles so that every SM still has a block to run.
     for (m, n), tile in (((4096, 4096), 128), ((1024, 1024), 64), ((33, 4097), 32)):
-        _, _, params, grid, _, _ = gemm_kernel(np.dtype("float32"), default, m, n, 64, False, False, True)
-        assert params["BM"] == tile and grid == (-(-n // tile), -(-m // tile), 1)
+        (launch,) = gk.FAMILY.default_plan(gk.packed("float32", m, n, 64), default, SM90).launches
+        assert f"_t{tile}x{tile}x" in launch.spec.name and launch.grid == (-(-n // tile), -(-m // tile), 1)
+    many = dataclasses.replace(SM90, sm_count=1000)
+    tiles = [gk.choices(gk.packed("float32", s, s, 64), default, many)[0].shape.bm for s in (4096, 1024, 256)]
+    assert tiles == [128, 32, 32]
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"tile_size": 256}, "GEMM tile_size=256 is not allowed: choose 0 \\(auto\\) or one of 128, 64, 32"),
-    ({"tile_size": 128, "block_size": 64}, "valid tile_size/block_size pairs are 128/256, "),
-    ({"enable_tma": True}, "GEMM has no TMA kernel: set enable_tma=False"),
-    ({"kernel_type": "warp_optimized"}, "GEMM kernel_type='warp_optimized' is not allowed: choose one of "
-                                        "'auto', 'tiled', 'tensor_core'"),
-    ({"kernel_type": "tiled", "enable_tensor_core": True}, "set kernel_type='tensor_core'"),
+def test_tuning_candidates_are_the_tuned_shapes_of_the_same_kernel():
+    problem = gk.packed("float64", 1000, 1000, 1000)
+    found = gk.choices(problem, JITConfig().snapshot(), SM90)
+    assert [c.shape for c in found][1:] == [s for s in shapes.TUNED["float64", True] if s != found[0].shape]
+    assert found[0].shape.bm == 64 and len({c.label for c in found}) == len(found) == 3
+    for fields in ({"tile_size": 64}, {"block_size": 256}, {"kernel_type": "simple"}):
+        assert len(gk.choices(problem, make_config(**fields).snapshot(), SM90)) == 1
+
+
+@pytest.mark.parametrize("dtype, fields, message", [
+    ("float32", {"tile_size": 256}, r"GEMM tile_size=256 is not allowed: choose 0 \(auto\) or one of 128, 64, 32, 16"),
+    ("float32", {"tile_size": 8}, r"tile_size=8 is not allowed"),
+    ("float32", {"tile_size": 128, "block_size": 64},
+     r"GEMM tile_size=128 cannot run with block_size=64 in the float32 SIMT kernel: with tile_size=128 choose "
+     r"block_size 256, 512, 1024 \(0 = 256\)"),
+    ("float32", {"tile_size": 16, "block_size": 512, "kernel_type": "tensor_core"},
+     r"float32 mma.sync kernel: with tile_size=16 choose block_size 32, 64, 128, 256 \(0 = 64\)"),
+    ("float64", {"tile_size": 64, "block_size": 64, "kernel_type": "tiled"},
+     r"with tile_size=64 choose block_size 128, 256, 512, 1024"),
 ])
-def test_bad_configs_raise(fields, message):
+def test_bad_configs_say_what_to_choose(dtype, fields, message):
     with pytest.raises(ValueError, match=message):
-        gemm_kernel(np.dtype("float32"), make_config(**fields).snapshot(), 64, 64, 64, False, False, True)
+        gk.choices(gk.packed(dtype, 64, 64, 64), make_config(**fields).snapshot(), SM90)
 
 
-def test_bad_dtype_and_shape_raise():
+def test_bad_kernel_type_and_dtype_raise():
+    cfg = dataclasses.replace(JITConfig().snapshot(), kernel_type="fancy")
+    with pytest.raises(ValueError, match="GEMM kernel_type='fancy' is not allowed: choose one of 'auto', 'simple'"):
+        gk.choices(gk.packed("float32", 8, 8, 8), cfg, SM90)
     with pytest.raises(TypeError, match="GEMM supports float32 and float64, not float16"):
-        gemm_kernel(np.dtype("float16"), JITConfig().snapshot(), 8, 8, 8, False, False, True)
-    with pytest.raises(ValueError, match="GEMM needs M, N, K >= 1, got M=0"):
-        gemm_kernel(np.dtype("float32"), JITConfig().snapshot(), 0, 8, 8, False, False, True)
+        gk.choices(gk.packed("float16", 8, 8, 8), JITConfig().snapshot(), SM90)
+
+
+@pytest.mark.parametrize("field, value", [("stages", 3), ("cluster", (2, 1)), ("raster", "column"), ("split_k", 4)])
+def test_plan_refuses_what_the_template_cannot_build_yet(field, value):
+    choice = dataclasses.replace(gk.GemmChoice(shapes.TUNED["float32", False][0]), **{field: value})
+    assert f"_{field}" in choice.label
+    with pytest.raises(ValueError, match=f"GEMM {field}={value!r} cannot be built yet".replace("(", r"\(")
+                       .replace(")", r"\)")):
+        gk.plan(gk.packed("float32", 64, 64, 64), choice, SM90)
+    with pytest.raises(ValueError, match="cannot build float32 SIMT shape t64x64x8_r3x3: the thread tile 3 x 3"):
+        gk.plan(gk.packed("float32", 64, 64, 64), gk.GemmChoice(shapes.Shape(False, 64, 64, 8, 3, 3)), SM90)
+
+
+def test_a_choice_may_have_bm_unequal_bn():
+    wide = shapes.Shape(False, 64, 128, 8, 4, 8)   # 256 threads, 4 x 8 outputs each
+    plan = gk.plan(gk.packed("float32", 1000, 1000, 1000), gk.GemmChoice(wide), SM90)
+    (launch,) = plan.launches
+    assert launch.grid == (8, 16, 1) and launch.block == (256, 1, 1)
+    assert kernels.build(launch.spec, "sm_90", persistent=False)[1].spill_bytes == 0
+
+
+def test_k_zero_plans_a_kernel():
+    (launch,) = gk.FAMILY.default_plan(gk.packed("float32", 33, 7, 0), JITConfig().snapshot(), SM90).launches
+    assert launch.args[5].value == 0
 
 
 # --- GPU: results against float64 NumPy --------------------------------------------------------------
 
-def _run(rng, dtype, m, n, k, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, config=None, tol=None):
+def _operands(rng, dtype, m, n, k, trans_a, trans_b, beta):
     a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(dtype)
     b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(dtype)
     c0 = rng.standard_normal((m, n)).astype(dtype)
-    c = cuopjit.tensor(c0) if beta else cuopjit.zeros([m, n], dtype=np.dtype(dtype).name)
-    if not beta:
-        c.fill(float("nan"))  # beta == 0 must not read C
+    c = cuopjit.tensor(c0) if beta else cuopjit.empty([m, n], np.dtype(dtype).name).fill(float("nan"))
+    return a, b, c0, c   # beta == 0 must not read C: it starts as NaN
+
+
+def _reference(a, b, c0, trans_a, trans_b, alpha, beta):
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return alpha * ((a64.T if trans_a else a64) @ (b64.T if trans_b else b64)) + beta * c0.astype(np.float64)
+
+
+def _run(rng, dtype, m, n, k, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, config=None, tf32=False):
+    """One forward (bare, or through a JIT wrapper with `config`); returns the profile when wrapped."""
+    a, b, c0, c = _operands(rng, dtype, m, n, k, trans_a, trans_b, beta)
     gemm = (cuopjit.GemmFloat if dtype == np.float32 else cuopjit.GemmDouble)(trans_a, trans_b, alpha, beta)
     gemm.set_weight(cuopjit.tensor(b))
-    op = cuopjit.JITGemmFloat(gemm) if dtype == np.float32 else cuopjit.JITGemmDouble(gemm)
-    if config is not None:
-        op.set_jit_config(config)
-    op.forward(cuopjit.tensor(a), c)
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    ref = alpha * ((a64.T if trans_a else a64) @ (b64.T if trans_b else b64)) + beta * c0.astype(np.float64)
-    err = rel_error(c.to_numpy(), ref)
-    assert err < (tol or TOL[dtype]), f"{m}x{n}x{k} trans=({trans_a},{trans_b}): rel error {err:.3g}"
+    profile = None
+    if config is None:
+        assert gemm.forward(cuopjit.tensor(a), c) is c
+    else:
+        jit = (cuopjit.JITGemmFloat if dtype == np.float32 else cuopjit.JITGemmDouble)(gemm)
+        jit.set_jit_config(config)
+        jit.forward(cuopjit.tensor(a), c)
+        profile = jit.get_performance_profile()
+    err = rel_error(c.to_numpy(), _reference(a, b, c0, trans_a, trans_b, alpha, beta))
+    assert err < _tol(dtype, k, tf32), f"{m}x{n}x{k} trans=({trans_a},{trans_b}): rel error {err:.3g}"
+    return profile
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("trans_a, trans_b", list(itertools.product((False, True), repeat=2)))
+@pytest.mark.parametrize("trans_a, trans_b", TRANS)
 @pytest.mark.parametrize("m, n, k", [(1, 1, 1), (7, 7, 7), (33, 33, 33), (1000, 1000, 1000), (33, 4097, 1000)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_matches_numpy(rng, dtype, m, n, k, trans_a, trans_b):
@@ -145,13 +275,102 @@ def test_alpha_beta(rng, dtype, alpha, beta):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype, tc, tile, block", list(_grid()))
-def test_every_config_on_gpu(rng, dtype, tc, tile, block):
-    tol = TF32_TOL if tc and dtype == np.float32 else TOL[dtype]
-    for field in ("enable_loop_unroll", "enable_shared_memory_opt", "enable_memory_coalescing", None):
-        cfg = make_config(tile_size=tile, block_size=block, enable_tensor_core=tc,
-                   kernel_type="tensor_core" if tc else "tiled")
-        if field:
-            setattr(cfg, field, False)
-        _run(rng, dtype, 260, 268, 132, False, True, beta=0.5, config=cfg, tol=tol)
-        _run(rng, dtype, 257, 263, 129, True, False, config=cfg, tol=tol)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_alpha_and_beta_set_after_a_forward_take_effect(rng, dtype):
+    a, b, c0, c = _operands(rng, dtype, 65, 67, 63, False, False, 1.0)
+    gemm = (cuopjit.GemmFloat if dtype == np.float32 else cuopjit.GemmDouble)()
+    gemm.set_weight(cuopjit.tensor(b))
+    gemm.forward(cuopjit.tensor(a), cuopjit.empty([65, 67], np.dtype(dtype).name))
+    gemm.alpha, gemm.beta = -0.5, 2.0
+    gemm.forward(cuopjit.tensor(a), c)
+    assert rel_error(c.to_numpy(), _reference(a, b, c0, False, False, -0.5, 2.0)) < _tol(dtype, 63)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("trans_a", [False, True])
+def test_k_zero_gives_beta_c_and_empty_outputs_launch_nothing(rng, dtype, trans_a):
+    name = np.dtype(dtype).name
+    cls = cuopjit.GemmFloat if dtype == np.float32 else cuopjit.GemmDouble
+    a = cuopjit.empty([0, 33] if trans_a else [33, 0], name)
+    gemm = cls(trans_a=trans_a)
+    gemm.set_weight(cuopjit.empty([0, 7], name))
+    c = cuopjit.empty([33, 7], name).fill(float("nan"))
+    gemm.forward(a, c)
+    assert np.array_equal(c.to_numpy(), np.zeros((33, 7)))      # beta = 0: C is not read
+    c0 = rng.standard_normal((33, 7)).astype(dtype)
+    c = cuopjit.tensor(c0)
+    gemm.beta = 2.0
+    gemm.forward(a, c)
+    assert np.array_equal(c.to_numpy(), 2 * c0)
+    empty = cls()
+    empty.set_weight(cuopjit.empty([4, 7], name))
+    e = cuopjit.empty([0, 7], name)
+    assert empty.forward(cuopjit.empty([0, 4], name), e) is e
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, shape", list(_all_shapes()))
+def test_every_shape_on_gpu(rng, dtype, shape):
+    """Each shape through its config (kernel_type, tile_size, block_size): odd sizes, non-multiples of the tile."""
+    dt = np.dtype(dtype).type
+    kernel_type = "tensor_core" if shape.mma else "tiled"
+    cfg = make_config(kernel_type=kernel_type, tile_size=shape.bm, block_size=shape.threads)
+    tf32 = shape.mma and dtype == "float32"
+    for m, n, k, ta, tb, beta in ((260, 268, 132, False, True, 0.5), (257, 263, 129, True, False, 0.0),
+                                  (33, 7, 1000, False, False, 0.0), (1, 1, 1, True, True, 1.0)):
+        profile = _run(rng, dt, m, n, k, ta, tb, beta=beta, config=cfg, tf32=tf32)
+        assert profile.plan_choice == shape.label and f"_{shape.layout}_" in profile.kernel_name
+        assert profile.units == gk.UNITS[dtype, shape.mma]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("field", ["enable_loop_unroll", "enable_shared_memory_opt", "enable_memory_coalescing"])
+@pytest.mark.parametrize("kernel_type", ["tiled", "tensor_core"])
+def test_switches_off_on_gpu(rng, dtype, field, kernel_type):
+    tf32 = kernel_type == "tensor_core" and dtype == np.float32
+    for tile in (32, 64, 128):
+        cfg = make_config(kernel_type=kernel_type, tile_size=tile, **{field: False})
+        _run(rng, dtype, 260, 268, 132, False, True, beta=0.5, config=cfg, tf32=tf32)
+        _run(rng, dtype, 257, 263, 129, True, False, config=cfg, tf32=tf32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fields", SEED_CONFIGS, ids=lambda f: "-".join(f"{v}" for v in f.values()))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_seed_configurations(rng, dtype, fields):
+    """Every configuration the seed shows runs, through the JIT wrapper, on odd sizes."""
+    cfg = make_config(**fields)
+    tc = gk.uses_tensor_cores(cfg.kernel_type, cfg.enable_tensor_core, np.dtype(dtype).name)
+    tf32 = tc and dtype == np.float32
+    for m, n, k in ((1, 1, 1), (7, 7, 7), (33, 1000, 33), (1000, 33, 1000)):
+        profile = _run(rng, dtype, m, n, k, beta=0.0, config=cfg, tf32=tf32)
+        assert profile.units == gk.UNITS[np.dtype(dtype).name, tc]
+        if fields.get("tile_size"):
+            assert f"_t{fields['tile_size']}x{fields['tile_size']}x" in profile.kernel_name
+
+
+@pytest.mark.gpu
+def test_a_non_square_block_tile_on_gpu(rng):
+    a, b, c0, c = _operands(rng, np.float32, 1000, 333, 257, False, False, 0.0)
+    at, bt = cuopjit.tensor(a), cuopjit.tensor(b)
+    problem = gk.GemmProblem("float32", 1000, 333, 257, False, False, False, 1.0, 0.0, 257, 333, 333)
+    plan = gk.plan(problem, gk.GemmChoice(shapes.Shape(False, 64, 128, 8, 4, 8)), cuopjit.target.of_device(0))
+    run = executor.load(plan, 0, DEFAULT)
+    run((at.ptr, bt.ptr, c.ptr), 0)
+    assert rel_error(c.to_numpy(), _reference(a, b, c0, False, False, 1.0, 0.0)) < _tol(np.float32, 257)
+
+
+@pytest.mark.gpu
+def test_errors():
+    g = cuopjit.GemmFloat()
+    with pytest.raises(ValueError, match=r"GemmFloat: no weight: call set_weight\(B\) before forward"):
+        g.forward(cuopjit.empty([4, 4]), cuopjit.empty([4, 4]))
+    g.set_weight(cuopjit.empty([5, 3]))
+    with pytest.raises(ValueError, match=r"op\(a\) has 4 columns but op\(weight\) has 5 rows"):
+        g.forward(cuopjit.empty([2, 4]), cuopjit.empty([2, 3]))
+    with pytest.raises(ValueError, match=r"GemmFloat: c has shape \[2, 4\], expected \[2, 3\]"):
+        g.forward(cuopjit.empty([2, 5]), cuopjit.empty([2, 4]))
+    with pytest.raises(TypeError, match="GemmFloat: a is float64"):
+        g.forward(cuopjit.empty([2, 5], "float64"), cuopjit.empty([2, 3]))

@@ -87,8 +87,8 @@ def test_wrapper_checks_its_operator_and_config():
         cuopjit.JITGemmFloat(cuopjit.GemmDouble())
     jit = cuopjit.JITGemmFloat(cuopjit.GemmFloat())
     cfg = cuopjit.JITConfig()
-    cfg.enable_tma = True
-    with pytest.raises(ValueError, match="enable_tma"):
+    cfg.tile_size = 256
+    with pytest.raises(ValueError, match="tile_size=256"):
         jit.set_jit_config(cfg)
 
 
@@ -136,9 +136,26 @@ def test_auto_tuning_times_candidates_once_and_keeps_inputs_intact(rng, tmp_path
     ref = a_np.astype(np.float64) @ b_np + c_np        # C updated exactly once despite the trials
     out = c.to_numpy()
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
-    record = get_cache(str(tmp_path)).load_record("tuning", record_key(g, (a, c)))
-    assert len(record) == len(g.tuning_candidates(cuopjit.JITConfig().snapshot())) >= 3
+    problem, tgt = g._problem(a, c), cuopjit.target.of_device(0)
+    record = get_cache(str(tmp_path)).load_record("tuning", record_key(g.family.name, problem, tgt))
+    assert len(record) == len(g.family.choices(problem, cuopjit.JITConfig().snapshot(), tgt)) >= 3
     assert all(ms > 0 for ms in record.values())
+    c2 = cuopjit.tensor(c_np)
+    glob.enable_auto_tuning = True
+    try:
+        jit.forward(a, c2)                              # the record is read when the plan is made, not per call
+        import cuopjit.tuning as tuning_module
+        calls = []
+        real = tuning_module.fastest
+        tuning_module.fastest = lambda *args, **kw: calls.append(1) or real(*args, **kw)
+        try:
+            for _ in range(3):
+                jit.forward(a, c2)
+        finally:
+            tuning_module.fastest = real
+    finally:
+        glob.enable_auto_tuning = False
+    assert calls == []
 
 
 def test_forward_from_another_thread():
@@ -177,13 +194,14 @@ def test_profile_times_the_kernel_not_its_compile():
 def test_a_cubin_the_driver_rejects_is_dropped_and_rebuilt(tmp_path):
     from cuopjit.cache import get_cache
     g = cuopjit.GemmFloat(trans_b=True)
-    spec = g.specs()[0]
+    g.set_weight(cuopjit.ones([48, 40]))
+    spec = g.plan(cuopjit.ones([40, 40]), cuopjit.zeros([40, 48])).launches[0].spec
     entry = kernels.entry_spec(spec, cuopjit.driver.get_device().arch)
     cache = get_cache(str(tmp_path))
     bad = b"\x7fELF" + bytes(256)                 # checksum-valid entry, a cubin no driver loads
     assert cache.get_or_build(entry, lambda: bad) == (bad, False)
     cache._memory.clear()                          # as a fresh process would start
-    loaded = kernels.get_function(spec, 0, str(tmp_path))
+    loaded = kernels.get_function(spec, 0, str(tmp_path), True)
     assert loaded.function.handle is not None and not loaded.info.cache_hit
     assert cache.stats().rejected == 1 and list((tmp_path / "rejected").iterdir())
     cubin, hit = cache.get_or_build(entry, lambda: bad)

@@ -7,8 +7,13 @@ import textwrap
 
 import pytest
 
-from cuopjit import CompileError, GemmFloat, kernels
-from cuopjit.ops import FAMILIES
+from cuopjit import CompileError, kernels
+from cuopjit.prewarm import representative_plans
+
+
+def _gemm_spec() -> kernels.KernelSpec:
+    """The first kernel a float32 GEMM plans for sm_90."""
+    return representative_plans(["gemm"], ["float32"])[0].plan.specs[0]
 
 
 def test_import_touches_no_gpu_and_creates_nothing(tmp_path):
@@ -25,7 +30,7 @@ def test_import_touches_no_gpu_and_creates_nothing(tmp_path):
 
 
 def test_rendered_source_maps_lines_to_the_template():
-    spec = GemmFloat().specs()[0]
+    spec = _gemm_spec()
     src = kernels.source(spec)
     assert '#line 1 "common.cuh.jinja"' in src
     assert '"gemm.cu.jinja"' in src
@@ -33,12 +38,12 @@ def test_rendered_source_maps_lines_to_the_template():
 
 
 def test_compile_error_names_template_line_and_config():
-    spec = GemmFloat().specs()[0]
+    spec = _gemm_spec()
     params = dict(spec.params)
     params["scalar_t"] = "no_such_type"
     bad = kernels.make_spec(spec.template, spec.kernel, spec.name, params)
     with pytest.raises(CompileError) as info:
-        kernels.build(bad, "sm_90", kernels.MEMORY_ONLY)
+        kernels.build(bad, "sm_90", persistent=False)
     msg = str(info.value)
     assert "common.cuh.jinja(2)" in msg                      # NVRTC's own location, via #line
     assert "> " in msg and "typedef {{ scalar_t }} scalar_t;" in msg   # the template excerpt
@@ -46,22 +51,12 @@ def test_compile_error_names_template_line_and_config():
     assert info.value.log and "--gpu-architecture=sm_90" in info.value.options
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_every_family_compiles_for_sm80_and_sm90(family, arch):
-    for cls in FAMILIES[family]:
-        specs = cls().specs()
-        assert specs, f"{cls.__name__} lists no kernels for prewarm"
-        for spec in specs:
-            cubin, info = kernels.build(spec, arch, kernels.MEMORY_ONLY)
-            assert cubin[:4] == b"\x7fELF" and not info.cache_hit
-
-
 def test_second_process_compiles_nothing(cache_dir):
     code = textwrap.dedent("""
         import sys
-        from cuopjit import GemmFloat, kernels
-        spec = GemmFloat().specs()[0]
+        from cuopjit import kernels
+        from cuopjit.prewarm import representative_plans
+        spec = representative_plans(["gemm"], ["float32"])[0].plan.specs[0]
         cubin, info = kernels.build(spec, "sm_90")
         sys.stdout.write("hit" if info.cache_hit else "compiled")
     """)
@@ -72,7 +67,7 @@ def test_second_process_compiles_nothing(cache_dir):
 
 
 def test_warm_lookup_is_memoised(monkeypatch):
-    spec = GemmFloat().specs()[0]
+    spec = _gemm_spec()
     kernels.build(spec, "sm_90")
     calls = []
     monkeypatch.setattr(kernels.compiler, "compile_cubin", lambda *a, **k: calls.append(a))

@@ -1,11 +1,15 @@
-"""Max / average / global pools: CPU build of every kernel, argument checks, GPU results against NumPy."""
+"""Max / average / global pools: CPU plans and builds under every config, argument checks, GPU results."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 import cuopjit
-from conftest import rel_error
+from cuopjit import kernels, target
+from cuopjit.ops import FAMILIES, pool
+from cuopjit.ops.pool import GlobalProblem, Window, WindowProblem
+
+from conftest import make_config, rel_error
 
 DTYPES = [np.float32, np.float64]
 TOL = {np.float32: 1e-6, np.float64: 1e-14}
@@ -14,6 +18,85 @@ CLASSES = {("max", np.float32): cuopjit.MaxPool2DFloat, ("max", np.float64): cuo
 GLOBAL = {("max", np.float32): cuopjit.GlobalMaxPool2DFloat, ("max", np.float64): cuopjit.GlobalMaxPool2DDouble,
           ("avg", np.float32): cuopjit.GlobalAveragePool2DFloat,
           ("avg", np.float64): cuopjit.GlobalAveragePool2DDouble}
+OPS = ["maxpool2d", "avgpool2d", "globalmaxpool2d", "globalavgpool2d"]
+CONFIGS = [{}, {"block_size": 32}, {"block_size": 1024}, {"tile_size": 8}, {"enable_memory_coalescing": False},
+           {"kernel_type": "simple"}]
+SEED = dict(kernel_type="tiled", tile_size=32, block_size=256, optimization_level="O2", enable_tensor_core=True,
+            enable_tma=True, max_registers=255)
+SEED_CONFIGS = [dict(kernel_type=k, tile_size=t, block_size=256)
+                for k in ("auto", "simple", "tiled", "warp_optimized", "tensor_core") for t in (16, 32, 64, 128)]
+SEED_CONFIGS.append(SEED)
+SM80, SM90 = target.named("sm_80"), target.named("sm_90")
+# sm_80 plans exactly the kernels sm_90 plans (no pool kernel depends on the target): a few configs suffice
+TARGET_CONFIGS = [(SM90, f) for f in CONFIGS + SEED_CONFIGS] + [(SM80, f) for f in ({}, SEED)]
+_BUILT: set = set()
+P2 = WindowProblem("max", "float32", 2048, 56, 56, 28, 28, Window(2, 2, 2, 2, 0, 0), True, True)
+G56 = GlobalProblem("avg", "float32", 2048, 56 * 56, True)
+
+
+def _plans(op: str, fields: dict, t: target.Target) -> list:
+    family = FAMILIES[op][0].family
+    cfg = make_config(**fields).snapshot()
+    return [family.default_plan(p, cfg, t) for p in family.problems()]
+
+
+# --- CPU: plans under every config, built with NVRTC ------------------------------------------
+@pytest.mark.parametrize("t, fields", TARGET_CONFIGS, ids=lambda v: v.arch if isinstance(v, target.Target) else str(v))
+@pytest.mark.parametrize("op", OPS)
+def test_every_config_plans_and_compiles(op, t, fields):
+    for plan in _plans(op, fields, t):
+        plan.check_target(t)
+        for spec in plan.specs:
+            if (spec, t.arch) not in _BUILT:
+                assert kernels.build(spec, t.arch, persistent=False)[0][:4] == b"\x7fELF"
+                _BUILT.add((spec, t.arch))
+
+
+def test_problems_cover_both_dtypes():
+    for op in OPS:
+        assert {p.dtype for p in FAMILIES[op][0].family.problems()} == {"float32", "float64"}
+
+
+@pytest.mark.parametrize("fields", [{"kernel_type": "tiled"}, {"kernel_type": "warp_optimized"},
+                                    {"kernel_type": "tensor_core"}, {"enable_tensor_core": True},
+                                    {"enable_tma": True}, {"enable_shared_memory_opt": False},
+                                    {"enable_loop_unroll": False}], ids=str)
+@pytest.mark.parametrize("op", OPS)
+def test_fields_without_a_kernel_are_ignored(op, fields):
+    """Pools have one vectorised kernel each, loops of fixed trip counts (always unrolled), nothing in shared
+    memory and nothing for tensor cores or TMA."""
+    assert _plans(op, fields, SM90) == _plans(op, {}, SM90)
+
+
+def test_window_kernel_shapes():
+    """tile_size = outputs per thread; "simple" = one output per thread, scalar accesses."""
+    default = pool.window_choices(P2, make_config().snapshot(), SM90)[0]
+    assert (default.opt, default.vec_in, default.vec_out, default.threads) == (4, True, True, 256)
+    tiled = pool.window_choices(P2, make_config(tile_size=64, block_size=128).snapshot(), SM90)[0]
+    assert (tiled.opt, tiled.threads) == (64, 128)
+    simple = pool.window_choices(P2, make_config(kernel_type="simple", tile_size=64).snapshot(), SM90)[0]
+    assert (simple.opt, simple.vec_in, simple.vec_out) == (1, False, False)
+    plan = pool.window_plan(P2, tiled, SM90)
+    assert plan.launches[0].grid[0] == -(-2048 * 28 // 128)   # one output group (of 64) per row
+
+
+def test_global_kernel_shapes():
+    """tile_size = elements per thread per step (ITEMS x 16-byte loads); "simple" = scalar loads, one in flight."""
+    default = pool.global_choices(G56, make_config().snapshot(), SM90)[0]
+    assert (default.vg, default.items, default.tpr, default.threads) == (4, 4, 64, 128)
+    big = pool.global_choices(G56, make_config(tile_size=128).snapshot(), SM90)[0]
+    assert (big.vg, big.items, big.tpr) == (4, 32, 8)
+    simple = pool.global_choices(G56, make_config(kernel_type="simple").snapshot(), SM90)[0]
+    assert (simple.vg, simple.items, simple.tpr, simple.threads) == (1, 1, 512, 512)
+
+
+@pytest.mark.parametrize("choose, problem", [(pool.window_choices, P2), (pool.global_choices, G56)])
+def test_a_tile_size_no_kernel_takes_is_refused(choose, problem):
+    with pytest.raises(ValueError, match=r"tile_size=256 is not available for pooling kernels: choose one of "
+                                         r"0, 8, 16, 32, 64, 128 \(0 = automatic\)"):
+        choose(problem, make_config(tile_size=256).snapshot(), SM90)
+
+
 # (input shape, window kwargs)
 CASES = [
     ((2, 3, 8, 8), {}),
@@ -118,3 +201,49 @@ def test_pool_errors():
                                          kernel_h=3, kernel_w=3)
     e = cuopjit.empty([0, 3, 8, 8])
     assert cuopjit.MaxPool2DFloat().forward(e, cuopjit.empty([0, 3, 4, 4])).size == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fields", SEED_CONFIGS, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["max", "avg"])
+def test_every_seed_configuration_runs_window(rng, op, dtype, fields):
+    """The cuOP README's configurations (every kernel_type x tile_size, the full JIT example) run and are right:
+    max exactly, average within (kh * kw + 1) roundings of the window's largest |x|."""
+    jit = cuopjit.JITWrapper(CLASSES[op, dtype]())
+    jit.set_jit_config(make_config(**fields))
+    eps = float(np.finfo(dtype).eps)
+    for shape, kw in (CASES[0], CASES[2], CASES[3], CASES[4]):
+        a = rng.standard_normal(shape).astype(dtype)
+        ref = reference(a, op, **kw)
+        x, y = cuopjit.tensor(a), cuopjit.empty(ref.shape, dtype).fill(float("nan"))
+        assert jit.forward(x, y, **kw) is y
+        if op == "max":
+            assert np.array_equal(y.to_numpy(), ref.astype(dtype)), (shape, kw)
+        else:
+            k = kw.get("kernel_h", 2) * kw.get("kernel_w", 2)
+            assert np.all(np.abs(y.to_numpy() - ref) <= (k + 1) * eps * np.abs(a).max()), (shape, kw)
+    assert jit.get_performance_profile().kernel_name.startswith(op + "pool2d_")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fields", SEED_CONFIGS, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["max", "avg"])
+def test_every_seed_configuration_runs_global(rng, op, dtype, fields):
+    """As above for global pools: max exact, the mean within hw roundings of the plane's mean |x|."""
+    jit = cuopjit.JITWrapper(GLOBAL[op, dtype]())
+    jit.set_jit_config(make_config(**fields))
+    eps = float(np.finfo(dtype).eps)
+    for shape in ((2, 3, 1, 1), (2, 33, 33, 33), (1, 2, 1, 4097), (32, 64, 56, 56)):
+        a = rng.standard_normal(shape).astype(dtype)
+        a64 = a.astype(np.float64)
+        ref = a64.max(axis=(2, 3)) if op == "max" else a64.mean(axis=(2, 3))
+        x, y = cuopjit.tensor(a), cuopjit.empty(shape[:2], dtype).fill(float("nan"))
+        assert jit.forward(x, y) is y
+        if op == "max":
+            assert np.array_equal(y.to_numpy(), ref.astype(dtype)), shape
+        else:
+            hw = shape[2] * shape[3]
+            assert np.all(np.abs(y.to_numpy() - ref) <= (hw + 1) * eps * np.abs(a64).mean(axis=(2, 3))), shape
+    assert jit.get_performance_profile().kernel_name.startswith(f"global{op}pool_")

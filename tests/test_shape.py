@@ -1,13 +1,77 @@
-"""Flatten and View: CPU build of every kernel, shape checks, GPU results against NumPy."""
+"""Flatten and View: CPU plans and builds under every config, shape checks, GPU results against NumPy."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit.ops.shape import flattened_shape
+from cuopjit import kernels, target
+from cuopjit.ops import FAMILIES, shape as shape_ops
+from cuopjit.ops.shape import flattened_shape, view_problem
+
+from conftest import make_config
 
 DTYPES = [np.float32, np.float64]
+OPS = ["flatten", "view"]
+CONFIGS = [{}, {"block_size": 32}, {"block_size": 1024}, {"tile_size": 8}, {"tile_size": 128},
+           {"enable_loop_unroll": False}, {"enable_memory_coalescing": False}, {"kernel_type": "simple"}]
+SEED = dict(kernel_type="tiled", tile_size=32, block_size=256, optimization_level="O2", enable_tensor_core=True,
+            enable_tma=True, max_registers=255)
+SEED_CONFIGS = [dict(kernel_type=k, tile_size=t, block_size=256)
+                for k in ("auto", "simple", "tiled", "warp_optimized", "tensor_core") for t in (16, 32, 64, 128)]
+SEED_CONFIGS.append(SEED)
+SM80, SM90 = target.named("sm_80"), target.named("sm_90")
+# sm_80 plans the kernels sm_90 plans (only View's grid follows the target): a few configs suffice there
+TARGET_CONFIGS = [(SM90, f) for f in CONFIGS + SEED_CONFIGS] + [(SM80, f) for f in ({}, SEED)]
+_BUILT: set = set()
+
+
+def _plans(op: str, fields: dict, t: target.Target) -> list:
+    family = FAMILIES[op][0].family
+    cfg = make_config(**fields).snapshot()
+    return [family.default_plan(p, cfg, t) for p in family.problems()]
+
+
+# --- CPU: plans under every config, built with NVRTC ------------------------------------------
+@pytest.mark.parametrize("t, fields", TARGET_CONFIGS, ids=lambda v: v.arch if isinstance(v, target.Target) else str(v))
+@pytest.mark.parametrize("op", OPS)
+def test_every_config_plans_and_compiles(op, t, fields):
+    for plan in _plans(op, fields, t):
+        plan.check_target(t)
+        for spec in plan.specs:
+            if (spec, t.arch) not in _BUILT:
+                assert kernels.build(spec, t.arch, persistent=False)[0][:4] == b"\x7fELF"
+                _BUILT.add((spec, t.arch))
+
+
+def test_problems_cover_both_dtypes():
+    for op in OPS:
+        assert {p.dtype for p in FAMILIES[op][0].family.problems()} == {"float32", "float64"}
+
+
+@pytest.mark.parametrize("fields", [{"kernel_type": "tiled"}, {"kernel_type": "warp_optimized"},
+                                    {"kernel_type": "tensor_core"}, {"enable_tensor_core": True},
+                                    {"enable_tma": True}, {"enable_shared_memory_opt": False},
+                                    {"tile_size": 64}, {"tile_size": 256}, {"enable_loop_unroll": False}], ids=str)
+def test_view_ignores_fields_it_has_no_use_for(fields):
+    """A view thread moves one access per grid-stride step: tile size, unrolling, shared memory, tensor
+    cores and TMA change nothing."""
+    assert _plans("view", fields, SM90) == _plans("view", {}, SM90)
+
+
+def test_view_kernel_shapes():
+    """16-byte accesses only where runs, strides and pointers line up, coalescing is on and the kind is not simple."""
+    f32 = np.dtype(np.float32)
+    p = view_problem(f32, (4, 6, 8, 8), (1, 2, 0, 0), (2, 3, 8, 8), True)
+    assert (p.run, p.base, p.outer) == (192, 512, ((2, 384),))
+    cfg = make_config().snapshot()
+    assert shape_ops.view_choices(p, cfg, SM90)[0].vec == 4
+    assert shape_ops.view_choices(p, make_config(kernel_type="simple").snapshot(), SM90)[0].vec == 1
+    assert shape_ops.view_choices(p, make_config(enable_memory_coalescing=False).snapshot(), SM90)[0].vec == 1
+    odd = view_problem(f32, (4, 6, 8, 8), (1, 2, 3, 1), (2, 3, 4, 7), True)
+    assert shape_ops.view_choices(odd, cfg, SM90)[0].vec == 1
+    plan = shape_ops.VIEW.default_plan(odd, cfg, SM80)
+    assert plan.launches[0].grid[0] == min(-(-odd.total // 256), SM80.sm_count * 8)
 
 
 def test_flattened_shape():
@@ -75,3 +139,27 @@ def test_shape_errors():
         cuopjit.ViewFloat().forward(x, cuopjit.empty([3, 6]), [0], [3, 6])
     e = cuopjit.empty([0, 6])
     assert cuopjit.ViewFloat().forward(x, e, [0, 0], [0, 6]) is e
+
+
+def _seed_cases(rng, op: str, dtype) -> list:
+    """(x, y shape, keyword arguments, expected y): a partial and a whole-tensor case (16-byte path where allowed)."""
+    a = rng.standard_normal((4, 6, 16, 16)).astype(dtype)
+    if op == "flatten":
+        return [(a, (4, 6 * 16 * 16), {}, a.reshape(4, -1)), (a, (a.size,), {"start_dim": 0}, a.ravel())]
+    return [(a, (2, 3, 16, 7), {"offset": [1, 2, 0, 5], "shape": [2, 3, 16, 7]}, a[1:3, 2:5, :, 5:12]),
+            (a, a.shape, {"offset": [0, 0, 0, 0], "shape": list(a.shape)}, a)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fields", SEED_CONFIGS, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", OPS)
+def test_every_seed_configuration_runs(rng, op, dtype, fields):
+    """The cuOP README's configurations (every kernel_type x tile_size, the full JIT example) run and are exact."""
+    jit = cuopjit.JITWrapper(FAMILIES[op][0 if dtype == np.float32 else 1]())
+    jit.set_jit_config(make_config(**fields))
+    for a, yshape, kwargs, ref in _seed_cases(rng, op, dtype):
+        y = cuopjit.empty(yshape, dtype).fill(float("nan"))
+        assert jit.forward(cuopjit.tensor(a), y, **kwargs) is y
+        assert np.array_equal(y.to_numpy(), ref)
+    assert jit.get_performance_profile().kernel_name.startswith("copy_" if op == "flatten" else "view_")

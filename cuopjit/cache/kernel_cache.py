@@ -67,6 +67,10 @@ class KernelCache:
         with self._guards.setdefault(spec.key, threading.Lock()):
             return self._get_or_build_locked(spec, build)
 
+    def contains(self, spec: EntrySpec) -> bool:
+        """True when a layer (or this process's memory) holds a valid entry for `spec`; builds nothing."""
+        return self._memory.get(spec.key) is not None or self._lookup(spec) is not None
+
     def _get_or_build_locked(self, spec: EntrySpec, build: Callable[[], bytes]) -> tuple[bytes, bool]:
         if (cubin := self._memory.get(spec.key)) is not None:
             return cubin, True

@@ -1,4 +1,5 @@
-"""Operator families. FAMILIES maps a family name (as the CLI spells it) to its Float and Double classes."""
+"""Operators. FAMILIES maps a family name (as the CLI spells it) to its Float and Double classes;
+each class's `family` attribute holds the family's pure functions (choices, plan, problems)."""
 from __future__ import annotations
 
 from .base import Operator
@@ -9,7 +10,8 @@ from .pool import (AveragePool2DDouble, AveragePool2DFloat, GlobalAveragePool2DD
                    GlobalMaxPool2DDouble, GlobalMaxPool2DFloat, MaxPool2DDouble, MaxPool2DFloat)
 from .shape import FlattenDouble, FlattenFloat, ViewDouble, ViewFloat
 from .softmax import SoftmaxDouble, SoftmaxFloat
-from .norm import BatchNormDouble, BatchNormFloat, LayerNormDouble, LayerNormFloat
+from .layernorm import LayerNormDouble, LayerNormFloat
+from .batchnorm import BatchNormDouble, BatchNormFloat
 
 FAMILIES: dict[str, tuple[type[Operator], type[Operator]]] = {
     "gemm": (GemmFloat, GemmDouble),

@@ -1,90 +1,106 @@
-"""What every operator shares: its dtype, the JIT settings a wrapper sets, checks, prepared launches."""
+"""The one forward every operator shares: bind the call, probe the plan memo, run the plan.
+
+An operator class checks inputs and holds weights; its family (pure functions in the same
+module) chooses and plans kernels. Per class:
+
+    _bind(*args, **kwargs)    -> (key, pointers, result): cheap, no checks; the key holds
+                                 everything that decides the plan (shapes, dtypes, device,
+                                 alignment, the operator's own state)
+    _problem(*args, **kwargs) -> the family's problem, after checking every argument
+                                 (raises TypeError / ValueError naming the operand), or None
+                                 when there is nothing to compute
+
+A warm call is one `_bind`, one dict probe and the launches; a miss plans under the settings
+given (a JIT wrapper's, or DEFAULT), loads the kernels and memoises the result.
+"""
 from __future__ import annotations
 
+import threading
 from typing import Any, ClassVar, Hashable, Sequence
 
 import numpy as np
 
-from .. import driver, kernels
-from ..config import ConfigSnapshot, JITConfig
-from ..launch import Launch
+from .. import driver, executor, streams, target as targets
+from ..plan import EMPTY, Family, Plan
+from ..settings import DEFAULT, RunSettings
 from ..tensor import Tensor
 
-DEFAULT_CONFIG = JITConfig().snapshot()
+MEMO_LIMIT = 512   # plans kept per operator; the oldest go first
 
 
 class Operator:
-    """Base class: subclasses set `dtype` and the JITConfig choices they support, and implement forward.
-
-    A `JIT*` wrapper calls `_configure` to swap the config or cache directory. Prepared launches
-    live in `_launches`, keyed by whatever decides the kernel (shapes, dtypes, device, alignment);
-    `forward` probes that dict first, so a warm call does no checks beyond the key itself.
-    """
+    """Base class: subclasses set `dtype` and `family` and implement `_bind` and `_problem`."""
 
     dtype: ClassVar[np.dtype]
-    family: ClassVar[str] = ""
-    kernel_types: ClassVar[tuple[str, ...]] = ("auto",)
-    tile_sizes: ClassVar[tuple[int, ...]] = (0,)
-    block_sizes: ClassVar[tuple[int, ...]] = (0, 64, 128, 256, 512, 1024)
-    supports_tensor_core: ClassVar[bool] = False
-    supports_tma: ClassVar[bool] = False
-    uses_shared_memory: ClassVar[bool] = True  # False: no shared-memory stage for enable_shared_memory_opt to change
+    family: ClassVar[Family]
 
     def __init__(self) -> None:
-        self._config: ConfigSnapshot = DEFAULT_CONFIG
-        self._cache_dir: str | None = None
-        self._launches: dict[Hashable, Launch] = {}
-        self.last_kernel: kernels.LoadedKernel | None = None
-        self._timing = None  # a JIT wrapper's EventPair: its start is re-recorded after a cold build
+        self._plans: dict[Hashable, executor.Runner] = {}
+        self._state: tuple = ()        # operator settings that decide the plan (alpha, eps, weight shape, ...)
+        self._lock = threading.Lock()
 
-    # --- configuration (set by JIT wrappers) --------------------------------------------------
-    @classmethod
-    def check_config(cls, cfg: ConfigSnapshot) -> None:
-        """Raise ValueError when this operator cannot honour a field of `cfg`."""
-        name = cls.__name__
-        if cfg.kernel_type not in cls.kernel_types:
-            raise ValueError(f"{name} has no kernel_type={cfg.kernel_type!r}: choose one of "
-                             f"{', '.join(map(repr, cls.kernel_types))}")
-        if cfg.tile_size not in cls.tile_sizes:
-            raise ValueError(f"{name} does not take tile_size={cfg.tile_size}: choose one of "
-                             f"{', '.join(map(str, cls.tile_sizes))} (0 = automatic)")
-        if cfg.block_size not in cls.block_sizes:
-            raise ValueError(f"{name} does not take block_size={cfg.block_size}: choose one of "
-                             f"{', '.join(map(str, cls.block_sizes))} (0 = automatic)")
-        if cfg.enable_tensor_core and not cls.supports_tensor_core:
-            raise ValueError(f"{name} has no tensor-core kernel: set enable_tensor_core=False")
-        if cfg.enable_tma and not cls.supports_tma:
-            raise ValueError(f"{name} has no TMA kernel: set enable_tma=False")
-        if not cfg.enable_shared_memory_opt and not cls.uses_shared_memory:
-            raise ValueError(f"{name} streams through registers and keeps nothing in shared memory, so "
-                             "enable_shared_memory_opt=False has nothing to turn off: leave it True")
+    # --- the one forward ----------------------------------------------------------------------
+    def forward(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
+        """Run the operator on `args` (see the class's docstring), on `stream` or the current one."""
+        s = streams.current() if stream is None else streams.handle(stream)
+        try:
+            key, pointers, result = self._bind(*args, **kwargs)
+            run = self._plans[DEFAULT, key]
+        except (LookupError, AttributeError, TypeError):
+            run, pointers, result = self._lookup(DEFAULT, s, args, kwargs)
+        run(pointers, s)
+        return result
 
-    def _configure(self, cfg: ConfigSnapshot | None, cache_dir: str | None) -> None:
-        cfg = cfg or DEFAULT_CONFIG
-        if cfg != DEFAULT_CONFIG:
-            self.check_config(cfg)
-        if (cfg, cache_dir) != (self._config, self._cache_dir):
-            self._config, self._cache_dir = cfg, cache_dir
-            self._launches.clear()
+    __call__ = forward
 
-    # --- kernels and launches -----------------------------------------------------------------
-    def _prepare(self, spec: kernels.KernelSpec, grid: Sequence[int], block: Sequence[int], shared: int,
-                 args: Sequence[tuple[str, Any]]) -> Launch:
-        """Load (or build) the kernel for `spec` on the current device and pack its launch."""
-        loaded = kernels.get_function(spec, driver.current_ordinal(), self._cache_dir)
-        self.last_kernel = loaded
-        launch = Launch(loaded.function, grid, block, shared, args)
-        if self._timing is not None:  # the profile times the kernels, not the compile before them
-            self._timing.record_start()
-        return launch
+    def _lookup(self, settings: RunSettings, s: int, args: tuple, kwargs: dict
+                ) -> tuple[executor.Runner, tuple, Any]:
+        """The memoised runner for this call under `settings` (planned and loaded on a miss)."""
+        try:
+            key, pointers, result = self._bind(*args, **kwargs)
+            return self._plans[settings, key], pointers, result
+        except (LookupError, AttributeError, TypeError):
+            pass
+        problem = self._problem(*args, **kwargs)   # raises on bad arguments, with the reason
+        key, pointers, result = self._bind(*args, **kwargs)
+        if problem is None:
+            run = executor.NOTHING
+        else:
+            streams.check_not_capturing(s, type(self).__name__)
+            ordinal = driver.current_ordinal()
+            plan = self._choose(problem, settings, targets.of_device(ordinal), args, kwargs)
+            run = executor.load(plan, ordinal, settings)
+        with self._lock:
+            if len(self._plans) >= MEMO_LIMIT:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[settings, key] = run
+        return run, pointers, result
 
-    def _spec(self, template: str, kernel: str, name: str, params: dict, arch_specific: bool = False
-              ) -> kernels.KernelSpec:
-        return kernels.make_spec(template, kernel, name, params, self._config, arch_specific)
+    def _choose(self, problem: Any, settings: RunSettings, target: targets.Target, args: tuple,
+                kwargs: dict) -> Plan:
+        """The family's first choice, or with auto-tuning the fastest recorded one."""
+        choices = self.family.choices(problem, settings.config, target)
+        if settings.tuning and len(choices) > 1:
+            from ..tuning import fastest
+            return fastest(self, problem, choices, settings, target, args, kwargs)
+        return self.family.plan(problem, choices[0], target)
 
-    # --- checks ---------------------------------------------------------------------------------
+    def plan(self, *args: Any, settings: RunSettings = DEFAULT, target: targets.Target | None = None,
+             **kwargs: Any) -> Plan:
+        """The plan a forward with these arguments would run (checks them; launches nothing)."""
+        problem = self._problem(*args, **kwargs)
+        if problem is None:
+            return EMPTY
+        target = target or targets.of_device(driver.current_ordinal())
+        return self.family.default_plan(problem, settings.config, target)
+
+    def _set_state(self, *state: Any) -> None:
+        """Record the operator's own plan-deciding settings; later forwards key their plans on them."""
+        self._state = state
+
+    # --- checks -----------------------------------------------------------------------------------
     def _check(self, name: str, t: Any, ndim: int | None = None, shape: Sequence[int] | None = None) -> Tensor:
-        """`t` must be a Tensor of this operator's dtype on the current device (and of `shape`, if given)."""
+        """`t` must be a live Tensor of this operator's dtype on the current device (and of `shape`, if given)."""
         op = type(self).__name__
         if not isinstance(t, Tensor):
             raise TypeError(f"{op}: {name} must be a cuopjit Tensor, got {type(t).__name__} "
@@ -106,19 +122,22 @@ class Operator:
         """(floating-point operations, bytes moved) of one forward with these arguments."""
         return 0.0, 0.0
 
-    def tuning_candidates(self, cfg: ConfigSnapshot) -> list[ConfigSnapshot]:
-        """Configs auto-tuning may time for this operator, derived from `cfg`; none means nothing to tune."""
-        return []
-
-    def specs(self) -> list[kernels.KernelSpec]:
-        """The kernels this operator uses under its current config, for prewarm and show."""
-        return []
-
 
 def dtype_tag(dtype: np.dtype) -> str:
     """'f32' / 'f64' for readable kernel names."""
-    return "f32" if dtype == np.float32 else "f64"
+    return "f32" if np.dtype(dtype) == np.float32 else "f64"
 
 
 def scalar_t(dtype: np.dtype) -> str:
-    return "float" if dtype == np.float32 else "double"
+    """The CUDA C type of a dtype."""
+    return "float" if np.dtype(dtype) == np.float32 else "double"
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division."""
+    return -(-a // b)
+
+
+def vector_width(dtype: np.dtype) -> int:
+    """Scalars in one 16-byte access: 4 float, 2 double."""
+    return 16 // np.dtype(dtype).itemsize

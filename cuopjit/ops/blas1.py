@@ -1,192 +1,232 @@
 """BLAS level 1 (cuOP ScalFloat, AxpyFloat, CopyFloat, DotFloat and their Double twins).
 
 x and y may have any shapes holding the same number of elements (as cuBLAS sees them: flat
-vectors, unit stride). Scal, Axpy and Copy are the streaming map kernel of elementwise.py;
-Dot is a deterministic two-pass reduction (templates/dot.cu.jinja).
+vectors, unit stride). Scal, Axpy and Copy are the streaming map family of elementwise.py (its
+docstring maps their JITConfig fields). Dot is the family below: a deterministic two-pass
+reduction (templates/dot.cu.jinja). How each JITConfig field changes Dot:
+
+    kernel_type               "simple": scalar loads, one element per thread per grid-stride step
+                              (VEC = ITEMS = 1); every other kind ("auto", "tiled", "warp_optimized",
+                              "tensor_core"): 16-byte loads where pointers allow, ITEMS in flight
+    block_size                threads per block (0: 256)
+    tile_size                 elements per thread per step: 8 .. 128 (0: four 16-byte vectors,
+                              16 float / 8 double); "simple" ignores it
+    enable_loop_unroll        all loads of a step issued before the first multiply-add, vs one
+                              vector pair at a time
+    enable_memory_coalescing  16-byte loads vs scalar loads
+    enable_shared_memory_opt, enable_tensor_core, enable_tma   nothing to use them for: ignored
+optimization_level and max_registers reach NVRTC. The first kernel writes one partial sum per
+block of a persistent grid (the target's SMs x resident blocks) into the plan's workspace; the
+second adds them in a fixed order into `result`, so equal inputs give equal bits on every run.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .. import kernels, streams
 from ..config import ConfigSnapshot
-from ..launch import Launch
+from ..plan import Family, KernelLaunch, Plan, i32, i64, ptr
+from ..target import Target
 from ..tensor import Tensor, empty
-from .base import Operator, dtype_tag, scalar_t
-from .elementwise import (BLOCK_SIZES, STREAM_BYTES, TILE_SIZES, Elementwise, persistent_grid, stream_geometry)
+from . import elementwise
+from .base import Operator, cdiv, dtype_tag, scalar_t
+
+DOT_TEMPLATE = "dot.cu.jinja"
+DOT_VECTORS = 4   # 16-byte vectors per thread per step when tile_size is 0
 
 
-class Scal(Elementwise):
-    """x = alpha * x, in place."""
+# --- the map operators ---------------------------------------------------------------------------
+def check_same_size(op: Operator, x: Tensor, y: Tensor) -> None:
+    """x and y: tensors of the operator's dtype holding the same number of elements."""
+    op._check("x", x)
+    op._check("y", y)
+    if x.size != y.size:
+        raise ValueError(f"{type(op).__name__}: x has shape {list(x.shape)} ({x.size} elements) and y has shape "
+                         f"{list(y.shape)} ({y.size} elements): they must hold the same number of elements")
+
+
+class _Alpha:
+    """`alpha`, passed to the kernel as an argument: setting it re-keys the operator's plans."""
+
+    _alpha: float
+
+    @property
+    def alpha(self) -> float:
+        return self._alpha
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        self._alpha = float(value)
+        self._set_state(self._alpha)
+
+    def set_alpha(self, alpha: float) -> None:
+        self.alpha = alpha
+
+
+class Scal(_Alpha, Operator):
+    """x = alpha * x, in place: `forward(x)` returns x."""
+
+    family = elementwise.family("scal")
 
     def __init__(self, alpha: float = 1.0):
         super().__init__()
-        self.alpha = float(alpha)
+        self.alpha = alpha
 
-    def set_alpha(self, alpha: float) -> None:
-        self.alpha = float(alpha)
-        self._launches.clear()
+    def _bind(self, x: Tensor) -> tuple:
+        return (x.size, x.dtype, x.device, x.ptr & 15, self._state), (x.ptr, x.ptr), x
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x *= alpha; returns x."""
-        key = self._key(x, x)
-        launch = self._launches.get(key)
-        if launch is None:
-            self._check("x", x)
-            if x.size == 0:
-                return x
-            launch = self._launches[key] = self._map_launch("scal", x, x, self.alpha)
-        launch(x.ptr, x.ptr)
-        return x
+    def _problem(self, x: Tensor) -> elementwise.MapProblem | None:
+        self._check("x", x)
+        if x.size == 0:
+            return None
+        return elementwise.MapProblem("scal", self.dtype.name, x.size, (x.ptr & 15) == 0, self._alpha)
 
     def work(self, x: Tensor, *args: Any, **kwargs: Any) -> tuple[float, float]:
         return float(x.size), 2.0 * x.size * self.dtype.itemsize
 
-    def specs(self) -> list:
-        return self._map_specs("scal")
+
+class _Pair(Operator):
+    """y = op(x, y) over x and y of equal sizes: `forward(x, y)` returns y."""
+
+    op = "copy"
+    _alpha = 0.0
+
+    def _bind(self, x: Tensor, y: Tensor) -> tuple:
+        return ((x.size, y.size, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15, self._state),
+                (x.ptr, y.ptr), y)
+
+    def _problem(self, x: Tensor, y: Tensor) -> elementwise.MapProblem | None:
+        check_same_size(self, x, y)
+        if x.size == 0:
+            return None
+        return elementwise.MapProblem(self.op, self.dtype.name, x.size, ((x.ptr | y.ptr) & 15) == 0, self._alpha)
 
 
-class Axpy(Elementwise):
+class Axpy(_Alpha, _Pair):
     """y = alpha * x + y."""
+
+    family = elementwise.family("axpy")
+    op = "axpy"
 
     def __init__(self, alpha: float = 1.0):
         super().__init__()
-        self.alpha = float(alpha)
-
-    def set_alpha(self, alpha: float) -> None:
-        self.alpha = float(alpha)
-        self._launches.clear()
-
-    def forward(self, x: Tensor, y: Tensor) -> Tensor:
-        """y += alpha * x; returns y."""
-        key = self._key(x, y)
-        launch = self._launches.get(key)
-        if launch is None:
-            self._same_size("x", x, "y", y)
-            if x.size == 0:
-                return y
-            launch = self._launches[key] = self._map_launch("axpy", x, y, self.alpha)
-        launch(x.ptr, y.ptr)
-        return y
+        self.alpha = alpha
 
     def work(self, x: Tensor, y: Tensor, *args: Any, **kwargs: Any) -> tuple[float, float]:
         return 2.0 * x.size, 3.0 * x.size * self.dtype.itemsize
 
-    def specs(self) -> list:
-        return self._map_specs("axpy")
 
-
-class Copy(Elementwise):
+class Copy(_Pair):
     """y = x."""
 
-    def forward(self, x: Tensor, y: Tensor) -> Tensor:
-        """Copy x into y (same number of elements); returns y."""
-        key = self._key(x, y)
-        launch = self._launches.get(key)
-        if launch is None:
-            self._same_size("x", x, "y", y)
-            if x.size == 0:
-                return y
-            launch = self._launches[key] = self._map_launch("copy", x, y)
-        launch(x.ptr, y.ptr)
-        return y
+    family = elementwise.family("copy")
+    op = "copy"
 
     def work(self, x: Tensor, y: Tensor, *args: Any, **kwargs: Any) -> tuple[float, float]:
         return 0.0, 2.0 * x.size * self.dtype.itemsize
 
-    def specs(self) -> list:
-        return self._map_specs("copy")
+
+# --- the dot family ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DotProblem:
+    """sum(x * y) over n elements (n may be 0: the result is 0); `aligned`: x and y 16-byte aligned."""
+    dtype: str
+    n: int
+    aligned: bool
 
 
-# --- Dot -------------------------------------------------------------------------------------
-DOT_TEMPLATE = "dot.cu.jinja"
+@dataclass(frozen=True)
+class DotChoice:
+    """Threads per block, scalars per load, loads in flight per thread per step, unrolled loads."""
+    threads: int
+    vec: int
+    items: int
+    unroll: bool
+    opts: kernels.CompileOpts = kernels.DEFAULT_OPTS
+
+    @property
+    def label(self) -> str:
+        return f"b{self.threads}_v{self.vec}x{self.items}"
 
 
-def dot_kernel(dtype: np.dtype, cfg: ConfigSnapshot, n: int, aligned: bool) -> tuple[str, str, dict]:
-    """-> (template, readable name, params) of the two-pass dot product."""
-    threads, vec, items = stream_geometry(dtype, cfg, aligned, vectors=4)
-    streaming = 2 * n * np.dtype(dtype).itemsize > STREAM_BYTES
-    params = {"scalar_t": scalar_t(dtype), "unroll": bool(cfg.enable_loop_unroll), "THREADS": threads,
-              "VEC": vec, "ITEMS": items, "STREAM": streaming}
-    name = (f"dot_{dtype_tag(dtype)}_b{threads}_v{vec}x{items}" + ("_cs" if streaming else "")
-            + ("" if cfg.enable_loop_unroll else "_nounroll"))
-    return DOT_TEMPLATE, name, params
+def dot_choices(problem: DotProblem, cfg: ConfigSnapshot, target: Target) -> list[DotChoice]:
+    """The one kernel shape `cfg` names."""
+    threads, vec, items = elementwise.stream_geometry(np.dtype(problem.dtype), cfg, problem.aligned,
+                                                      vectors=DOT_VECTORS)
+    if cfg.kernel_type == "simple":
+        vec, items = 1, 1
+    return [DotChoice(threads, vec, items, cfg.enable_loop_unroll, kernels.compile_opts(cfg))]
 
 
-class _DotLaunch:
-    """The partial-sum launch, the final launch and their buffers for one (n, alignment)."""
+def dot_plan(problem: DotProblem, choice: DotChoice, target: Target) -> Plan:
+    """Partial sums (x = operand 0, y = 1) into the workspace, then their fixed-order sum into result (2)."""
+    dtype = np.dtype(problem.dtype)
+    streaming = 2 * problem.n * dtype.itemsize > elementwise.STREAM_BYTES
+    params = {"scalar_t": scalar_t(dtype), "unroll": choice.unroll, "THREADS": choice.threads,
+              "VEC": choice.vec, "ITEMS": choice.items, "STREAM": streaming}
+    name = (f"dot_{dtype_tag(dtype)}_{choice.label}" + ("_cs" if streaming else "")
+            + ("" if choice.unroll else "_nounroll"))
+    blocks = elementwise.persistent_grid(cdiv(problem.n, choice.threads * choice.vec * choice.items),
+                                         choice.threads, target)
+    units = "FP32 cores" if dtype == np.float32 else "FP64 cores"
+    workspace = ptr(3)
+    partial = KernelLaunch(kernels.make_spec(DOT_TEMPLATE, "dot_partial", name, params, choice.opts), (blocks,),
+                           (choice.threads,), (ptr(0), ptr(1), workspace, i64(problem.n)), units=units)
+    final = KernelLaunch(kernels.make_spec(DOT_TEMPLATE, "dot_final", name, params, choice.opts), (1,),
+                         (choice.threads,), (workspace, ptr(2), i32(blocks)), units=units)
+    return Plan((partial, final), ("x", "y", "result"), workspace=blocks * dtype.itemsize, choice=choice.label)
 
-    __slots__ = ("partial", "final", "buffer", "result")
 
-    def __init__(self, partial: Launch, final: Launch, buffer: Tensor, result: Tensor):
-        self.partial, self.final, self.buffer, self.result = partial, final, buffer, result
+def dot_problems() -> list[DotProblem]:
+    """Large aligned (streaming), small aligned and unaligned dots of both dtypes."""
+    return [DotProblem(dt, n, aligned) for dt in ("float32", "float64")
+            for n, aligned in ((1 << 28, True), (1 << 20, True), (4097, False))]
+
+
+DOT = Family("dot", dot_choices, dot_plan, dot_problems)
 
 
 class Dot(Operator):
     """result = sum(x * y), deterministic: the same inputs give the same bits on every run."""
 
-    kernel_types = ("auto", "tiled")
-    tile_sizes = TILE_SIZES
-    block_sizes = BLOCK_SIZES
-    uses_shared_memory = False  # only one word per warp for the block reduction
+    family = DOT
 
-    def forward(self, x: Tensor, y: Tensor, result: Tensor | None = None) -> Any:
+    def forward(self, x: Tensor, y: Tensor, result: Tensor | None = None, *, stream: Any = None) -> Any:
         """x . y as a Python float (waits for the GPU).
 
         With `result` (a one-element Tensor of this dtype) the sum is written there instead and
         the call returns `result` at once, without waiting (like cuBLAS's device pointer mode).
         """
-        key = Elementwise._key(x, y)
-        launch = self._launches.get(key)
-        if launch is None:
-            Elementwise._same_size(self, "x", x, "y", y)
-            if x.size == 0:
-                if result is None:
-                    return 0.0
-                self._check_result(result)
-                return result.zero()
-            launch = self._launches[key] = self._make_launch(x, y)
-        out = launch.result.ptr
         if result is not None:
-            self._check_result(result)
-            out = result.ptr
-        launch.partial(x.ptr, y.ptr, launch.buffer.ptr)
-        launch.final(launch.buffer.ptr, out)
-        if result is not None:
-            return result
-        return float(launch.result.to_numpy()[0])
+            return super().forward(x, y, result, stream=stream)
+        s = streams.current() if stream is None else streams.handle(stream)
+        out = empty([1], self.dtype)
+        super().forward(x, y, out, stream=s)
+        if s:   # to_numpy's copy waits for the legacy default stream (0) only
+            streams.synchronize(s)
+        return float(out.to_numpy()[0])
 
-    def _check_result(self, result: Tensor) -> None:
+    def _bind(self, x: Tensor, y: Tensor, result: Tensor) -> tuple:
+        key = (x.size, y.size, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15, result.size,
+               result.dtype, result.device)
+        return key, (x.ptr, y.ptr, result.ptr), result
+
+    def _problem(self, x: Tensor, y: Tensor, result: Tensor | None = None) -> DotProblem:
+        check_same_size(self, x, y)
+        name = type(self).__name__
+        if result is None:
+            raise TypeError(f"{name}: pass result= (a one-element Tensor) when calling through a JIT wrapper; "
+                            f"{name}.forward(x, y) returns a Python float")
         self._check("result", result)
         if result.size != 1:
-            raise ValueError(f"{type(self).__name__}: result has shape {list(result.shape)}, "
-                             "expected one element ([1] or [])")
-
-    def _make_launch(self, x: Tensor, y: Tensor) -> _DotLaunch:
-        n = x.size
-        aligned = ((x.ptr | y.ptr) & 15) == 0
-        template, name, params = dot_kernel(self.dtype, self._config, n, aligned)
-        threads = params["THREADS"]
-        blocks = persistent_grid(-(-n // (threads * params["VEC"] * params["ITEMS"])), threads)
-        buffer, result = empty([blocks], self.dtype), empty([1], self.dtype)
-        partial = self._prepare(self._spec(template, "dot_partial", name, params), (blocks, 1, 1), (threads, 1, 1),
-                                0, [("ptr", x.ptr), ("ptr", y.ptr), ("ptr", buffer.ptr), ("i64", n)])
-        final = self._prepare(self._spec(template, "dot_final", name, params), (1, 1, 1), (threads, 1, 1), 0,
-                              [("ptr", buffer.ptr), ("ptr", result.ptr), ("i32", blocks)])
-        return _DotLaunch(partial, final, buffer, result)
+            raise ValueError(f"{name}: result has shape {list(result.shape)}, expected one element ([1] or [])")
+        return DotProblem(self.dtype.name, x.size, ((x.ptr | y.ptr) & 15) == 0)
 
     def work(self, x: Tensor, y: Tensor, *args: Any, **kwargs: Any) -> tuple[float, float]:
         return 2.0 * x.size, 2.0 * x.size * self.dtype.itemsize
-
-    def specs(self) -> list:
-        out = []
-        for n, aligned in ((1 << 28, True), (1 << 20, True), (4097, False)):
-            template, name, params = dot_kernel(self.dtype, self._config, n, aligned)
-            spec = self._spec(template, "dot_partial", name, params)
-            if spec not in out:
-                out.append(spec)
-        return out
 
 
 class ScalFloat(Scal):

@@ -1,127 +1,115 @@
-"""The streaming map kernels (templates/elementwise.cu.jinja) and the base class of the ops that use them.
+"""The streaming map family (templates/elementwise.cu.jinja): Scal, Axpy, Copy, Relu and Flatten.
 
-Scal, Axpy, Copy, Relu and Flatten are one kernel family with an `op` parameter. How each
-JITConfig field changes the code:
+One kernel with an `op` parameter: y = op(x, y) over n elements. How each JITConfig field
+changes the code:
 
-    kernel_type               "auto" / "tiled": vectorised grid-stride kernel, ITEMS accesses in flight
-                              per thread; "simple": one scalar element per thread, no loop
+    kernel_type               "simple": one scalar element per thread, no loop; every other
+                              kind ("auto", "tiled", "warp_optimized", "tensor_core"): the vectorised
+                              grid-stride kernel, ITEMS accesses in flight per thread
     block_size                threads per block (0: 256)
-    tile_size                 elements per thread per grid-stride step: 8, 16, 32 (0: two 16-byte
+    tile_size                 elements per thread per grid-stride step: 8 .. 128 (0: two 16-byte
                               vectors, i.e. 8 float / 4 double)
     enable_loop_unroll        all loads of a step issued before the first store, vs one vector at a time
     enable_memory_coalescing  16-byte accesses (where pointers allow) vs scalar accesses
-    enable_tensor_core, enable_tma   no such kernel: ValueError
-enable_shared_memory_opt=False raises (nothing in shared memory to change); optimization_level and max_registers
-reach NVRTC. The grid gives each block one chunk (threads x tile) of the data (a persistent grid
-of SM count x resident blocks measured 5% slower); data over 64 MiB per call is moved with
+    enable_shared_memory_opt, enable_tensor_core, enable_tma   nothing to use them for: ignored
+optimization_level and max_registers reach NVRTC. Each block takes one chunk (threads x tile) of
+the data (a persistent grid measured 5% slower); data over 64 MiB per call is moved with
 evict-first cache hints.
 """
 from __future__ import annotations
 
-from typing import Any, Hashable
+from dataclasses import dataclass
 
 import numpy as np
 
-from .. import driver
+from .. import kernels
 from ..config import ConfigSnapshot
-from ..tensor import Tensor
-from .base import Operator, dtype_tag, scalar_t
+from ..plan import Family, KernelLaunch, Plan, i64, ptr, scalar
+from ..target import Target
+from .base import cdiv, dtype_tag, scalar_t, vector_width
 
 TEMPLATE = "elementwise.cu.jinja"
-KERNEL_TYPES = ("auto", "tiled", "simple")
-TILE_SIZES = (0, 8, 16, 32)
-BLOCK_SIZES = (0, 64, 128, 256, 512, 1024)
+TILE_SIZES = (0, 8, 16, 32, 64, 128)
 DEFAULT_THREADS = 256
 STREAM_BYTES = 64 << 20   # above this, a call's data cannot stay in L2: use evict-first hints
-THREADS_PER_SM = 2048
+OPS = ("scal", "axpy", "copy", "relu")
 
 
-def vector_width(dtype: np.dtype) -> int:
-    """Scalars in one 16-byte access: 4 float, 2 double."""
-    return 16 // np.dtype(dtype).itemsize
+@dataclass(frozen=True)
+class MapProblem:
+    """y = op(x, y) over n elements; `aligned`: both pointers 16-byte aligned."""
+    op: str
+    dtype: str
+    n: int
+    aligned: bool
+    alpha: float = 0.0
 
 
-def stream_geometry(dtype: np.dtype, cfg: ConfigSnapshot, aligned: bool, vectors: int = 2) -> tuple[int, int, int]:
-    """(threads, VEC, ITEMS) for a vectorised streaming kernel under `cfg`; tile_size 0 = `vectors` 16-byte
-    vectors per thread per step."""
+@dataclass(frozen=True)
+class MapChoice:
+    """Threads per block, scalars per access, accesses per thread per step, scalar ('simple') or vector kernel."""
+    threads: int
+    vec: int
+    items: int
+    simple: bool
+    unroll: bool
+    opts: kernels.CompileOpts = kernels.DEFAULT_OPTS
+
+    @property
+    def label(self) -> str:
+        return f"b{self.threads}" + ("_simple" if self.simple else f"_v{self.vec}x{self.items}")
+
+
+def stream_geometry(dtype: np.dtype, cfg: ConfigSnapshot, aligned: bool, vectors: int = 2,
+                    tile_sizes: tuple[int, ...] = TILE_SIZES) -> tuple[int, int, int]:
+    """(threads, VEC, ITEMS) of a vectorised streaming kernel under `cfg`; tile_size 0 = `vectors`
+    16-byte vectors per thread per step. Raises for a tile_size no streaming kernel takes."""
+    if cfg.tile_size not in tile_sizes:
+        raise ValueError(f"tile_size={cfg.tile_size} is not available for streaming kernels: choose one of "
+                         f"{', '.join(map(str, tile_sizes))} (0 = automatic)")
     threads = cfg.block_size or DEFAULT_THREADS
     vec = vector_width(dtype) if (aligned and cfg.enable_memory_coalescing) else 1
     per_thread = cfg.tile_size or vectors * vector_width(dtype)
     return threads, vec, max(1, per_thread // vec)
 
 
-def persistent_grid(work_blocks: int, threads: int, sm_count: int | None = None) -> int:
-    """Blocks for a grid-stride kernel: enough to fill every SM once, never more than the work."""
-    if sm_count is None:
-        sm_count = driver.get_device().sm_count
-    return max(1, min(work_blocks, sm_count * max(1, THREADS_PER_SM // threads)))
+def persistent_grid(work_blocks: int, threads: int, target: Target) -> int:
+    """Blocks for a grid-stride kernel: enough to fill every SM of `target` once, never more than the work."""
+    return max(1, min(work_blocks, target.sm_count * max(1, target.max_threads_per_sm // threads)))
 
 
-def elementwise_kernel(dtype: np.dtype, cfg: ConfigSnapshot, op: str, n: int, aligned: bool,
-                       sm_count: int | None = None) -> tuple[str, str, dict, tuple[int, int, int]]:
-    """-> (template, readable name, params, block) for one map over n elements; grid via `elementwise_grid`."""
-    threads, vec, items = stream_geometry(dtype, cfg, aligned)
-    simple = cfg.kernel_type == "simple"
-    streaming = n * np.dtype(dtype).itemsize * (3 if op == "axpy" else 2) > STREAM_BYTES
-    if simple:
-        vec, items, streaming = 1, 1, False
-    params = {"scalar_t": scalar_t(dtype), "unroll": bool(cfg.enable_loop_unroll), "op": op,
-              "simple": simple, "THREADS": threads, "VEC": vec, "ITEMS": items, "STREAM": streaming}
-    name = (f"{op}_{dtype_tag(dtype)}_b{threads}" + ("_simple" if simple else f"_v{vec}x{items}")
-            + ("_cs" if streaming else "") + ("" if cfg.enable_loop_unroll else "_nounroll"))
-    return TEMPLATE, name, params, (threads, 1, 1)
+def choices(problem: MapProblem, cfg: ConfigSnapshot, target: Target) -> list[MapChoice]:
+    """The one kernel shape `cfg` names for this map."""
+    threads, vec, items = stream_geometry(np.dtype(problem.dtype), cfg, problem.aligned)
+    opts = kernels.compile_opts(cfg)
+    if cfg.kernel_type == "simple":
+        return [MapChoice(threads, 1, 1, True, cfg.enable_loop_unroll, opts)]
+    return [MapChoice(threads, vec, items, False, cfg.enable_loop_unroll, opts)]
 
 
-def elementwise_grid(params: dict, n: int, sm_count: int | None = None) -> int:
-    """One chunk (THREADS * ITEMS vectors) per block: measured 5% faster than a persistent grid at 1 GiB
-    (benchmarks/NOTES.md); the kernel's grid-stride loop only matters past 2**31 - 1 blocks."""
-    threads, vec, items = params["THREADS"], params["VEC"], params["ITEMS"]
-    if params["simple"]:
-        return max(1, min(-(-n // threads), 2**31 - 1))
-    return max(1, min(-(-n // (threads * vec * items)), 2**31 - 1))
+def plan(problem: MapProblem, choice: MapChoice, target: Target) -> Plan:
+    """One launch: x = operand 0, y = operand 1."""
+    dtype = np.dtype(problem.dtype)
+    streaming = (not choice.simple
+                 and problem.n * dtype.itemsize * (3 if problem.op == "axpy" else 2) > STREAM_BYTES)
+    params = {"scalar_t": scalar_t(dtype), "unroll": choice.unroll, "op": problem.op, "simple": choice.simple,
+              "THREADS": choice.threads, "VEC": choice.vec, "ITEMS": choice.items, "STREAM": streaming}
+    name = (f"{problem.op}_{dtype_tag(dtype)}_{choice.label}" + ("_cs" if streaming else "")
+            + ("" if choice.unroll else "_nounroll"))
+    per_block = choice.threads * (1 if choice.simple else choice.vec * choice.items)
+    grid = max(1, min(cdiv(problem.n, per_block), 2 ** 31 - 1))
+    spec = kernels.make_spec(TEMPLATE, "elementwise", name, params, choice.opts)
+    return Plan((KernelLaunch(spec, (grid,), (choice.threads,),
+                              (ptr(0), ptr(1), i64(problem.n), scalar(dtype, problem.alpha))),), ("x", "y"),
+                choice=choice.label)
 
 
-class Elementwise(Operator):
-    """Base of the map operators: builds and caches one launch per (op, size, alignment)."""
+def problems(op: str) -> list[MapProblem]:
+    """Large aligned (streaming), small aligned and unaligned maps of both dtypes."""
+    return [MapProblem(op, dt, n, aligned) for dt in ("float32", "float64")
+            for n, aligned in ((1 << 28, True), (1 << 20, True), (4097, False))]
 
-    kernel_types = KERNEL_TYPES
-    tile_sizes = TILE_SIZES
-    block_sizes = BLOCK_SIZES
-    uses_shared_memory = False
-    op: str = "copy"
 
-    def _map_launch(self, op: str, x: Tensor, y: Tensor, alpha: float = 0.0):
-        """Prepare y = op(x, y) over x.size elements (pointers are replaced per call)."""
-        n = x.size
-        aligned = ((x.ptr | y.ptr) & 15) == 0
-        template, name, params, block = elementwise_kernel(self.dtype, self._config, op, n, aligned)
-        spec = self._spec(template, "elementwise", name, params)
-        grid = elementwise_grid(params, n)
-        sc = "f32" if self.dtype == np.float32 else "f64"
-        return self._prepare(spec, (grid, 1, 1), block, 0,
-                             [("ptr", x.ptr), ("ptr", y.ptr), ("i64", n), (sc, float(alpha))])
-
-    def _same_size(self, xname: str, x: Tensor, yname: str, y: Tensor) -> None:
-        self._check(xname, x)
-        self._check(yname, y)
-        if x.size != y.size:
-            raise ValueError(f"{type(self).__name__}: {xname} has shape {list(x.shape)} ({x.size} elements) and "
-                             f"{yname} has shape {list(y.shape)} ({y.size} elements): they must hold the same "
-                             "number of elements")
-
-    def _map_specs(self, op: str) -> list:
-        """Large aligned (streaming), small aligned and unaligned variants under the current config."""
-        out = []
-        for n, aligned in ((1 << 28, True), (1 << 20, True), (4097, False)):
-            template, name, params, _ = elementwise_kernel(self.dtype, self._config, op, n, aligned, 132)
-            spec = self._spec(template, "elementwise", name, params)
-            if spec not in out:
-                out.append(spec)
-        return out
-
-    @staticmethod
-    def _key(x: Any, y: Any) -> Hashable:
-        try:
-            return (x.size, y.size, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15)
-        except AttributeError:
-            return None
+def family(op: str) -> Family:
+    """The map family for one op (its name as the CLI spells it)."""
+    return Family(op, choices, plan, lambda: problems(op))

@@ -1,19 +1,31 @@
-"""GEMM kernel generator: dtype + frozen JITConfig + problem shape -> template params and launch geometry.
+"""The GEMM family: C = alpha * op(A) @ op(B) + beta * C, row-major (templates/gemm.cu.jinja).
 
-One template, templates/gemm.cu.jinja (C = alpha * op(A) @ op(B) + beta * C, row-major), gives two
-kernels: the register-tiled SIMT kernel (the default) and an mma.sync tensor-core kernel (float32 as
-TF32, relative error ~3e-4; float64 as DMMA, exact FP64). How each JITConfig field changes the code:
+One template gives two kernels: the register-tiled SIMT kernel and an mma.sync tensor-core kernel
+(float32 as TF32, relative error ~3e-4; float64 as DMMA, exact FP64 FMAs). Shapes are in
+gemm_shapes.py. How each JITConfig field changes the code:
 
-    tile_size                 BM = BN (0: chosen by shape so that small problems still fill the SMs)
-    block_size                threads per block (0: the tile's default); fixes the thread tile TM x TN
-    kernel_type               "tiled": SIMT; "tensor_core": mma.sync; "auto": DMMA for float64, SIMT for
-                              float32; others raise ValueError
+    kernel_type     "auto": float64 -> DMMA mma.sync; float32 -> SIMT, or TF32 mma.sync with
+                    enable_tensor_core=True. "tiled": SIMT, or mma.sync (TF32 / DMMA) with
+                    enable_tensor_core=True. "warp_optimized": the warp-tiled mma.sync kernel wherever
+                    it loses no precision (float64: DMMA) or enable_tensor_core=True grants TF32;
+                    float32 otherwise SIMT. "tensor_core": mma.sync (float32 as TF32 even without
+                    enable_tensor_core: the kernel type asks for it). "simple": SIMT, never tensor
+                    cores, by default on 16 x 16 tiles (one output per thread at 256 threads)
+    tile_size       BM = BN: 16, 32, 64 or 128. 0: "simple" -> 16 (32 for 512 or 1024 threads);
+                    otherwise the largest of 128, 64, 32 that still gives every SM (target.sm_count)
+                    a block, else 32
+    block_size      threads per block (0: the tile's default). It fixes the SIMT thread tile
+                    TM x TN = tile^2 / threads, or the mma warp layout (k-groups when there are more
+                    warps than m16n8 warp tiles). Tile 16: 32..256; 32: 32..1024; 64: 64..1024
+                    (float64: 128..1024); 128: 256..1024 (float64: 256, 512). Others raise, listing
+                    the valid ones
+    enable_tensor_core        permission for mma.sync under "auto", "tiled", "warp_optimized"
+    enable_tma                no TMA GEMM kernel yet: ignored
     enable_loop_unroll        `#pragma unroll` vs `unroll 1` on the k-loop inside a shared-memory tile
     enable_memory_coalescing  16-byte global loads/stores (where `aligned` allows) vs scalar accesses
     enable_shared_memory_opt  shared-memory row padding (bank-conflict-free transposed stores) on/off
-    enable_tensor_core        the mma.sync kernel (TF32 for float32: ~3e-4 relative error; exact DMMA for float64)
-    enable_tma                no TMA GEMM kernel: ValueError saying which setting to change
-optimization_level and max_registers reach NVRTC through the compiler options, not through here.
+optimization_level and max_registers reach NVRTC. With tile_size and block_size both 0 (and not
+"simple"), the other hand-tuned shapes of the same kernel are auto-tuning candidates.
 """
 from __future__ import annotations
 
@@ -21,133 +33,179 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import kernels
 from ..config import ConfigSnapshot
+from ..plan import Family, KernelLaunch, Plan, i32, ptr, scalar
+from ..target import Target
+from . import gemm_shapes as shapes
+from .base import cdiv, dtype_tag, scalar_t, vector_width
 
 TEMPLATE = "gemm.cu.jinja"
-KERNEL_TYPES = ("auto", "tiled", "tensor_core")
-TILE_SIZES = (0, 32, 64, 128)          # 0 = chosen by shape
-BLOCK_SIZES = (0, 64, 128, 256)        # 0 = the tile's default
-SUPPORTS_TENSOR_CORE = True
-SM_COUNT = 132  # H100 SXM; only steers the automatic tile choice
+KERNEL_TYPES = ("auto", "simple", "tiled", "warp_optimized", "tensor_core")
+# Padding (scalars) that makes each kind's shared-memory reads conflict-free.
+_PAD = {("float32", False): 4, ("float64", False): 2, ("float32", True): 8, ("float64", True): 4}
+UNITS = {("float32", False): "FP32 cores (SIMT)", ("float64", False): "FP64 cores (SIMT)",
+         ("float32", True): "TF32 tensor cores (mma.sync)", ("float64", True): "FP64 tensor cores (DMMA mma.sync)"}
+# Choice fields for what the template cannot build yet: (field, the only value it builds, what it does).
+_BUILT = (("stages", 1, "one stage: the next k-tile goes through registers into the second of two "
+                        "shared-memory buffers"),
+          ("cluster", (1, 1), "no thread-block clusters"),
+          ("raster", "row", "block tiles in row-major order"),
+          ("split_k", 1, "one block per output tile, no split-K"))
 
 
 @dataclass(frozen=True)
-class TileShape:
-    """One allowed (tile_size, block_size) combination and the thread tile it implies."""
-    tile: int      # BM = BN
-    threads: int
-    tm: int        # SIMT: thread tile rows (TM) and columns (TN); tensor core: warps along M and N
-    tn: int
-    bk: int        # k-depth of a shared-memory tile
+class GemmProblem:
+    """One GEMM call. `aligned`: A, B, C 16-byte aligned and lda, ldb, ldc multiples of 16 bytes."""
+    dtype: str
+    m: int
+    n: int
+    k: int
+    trans_a: bool
+    trans_b: bool
+    aligned: bool
+    alpha: float
+    beta: float
+    lda: int
+    ldb: int
+    ldc: int
 
 
-# Per dtype: every valid (tile_size, block_size); the first entry for a tile is its default block size.
-_SHAPES: dict[str, tuple[TileShape, ...]] = {
-    "float32": (
-        TileShape(128, 256, 8, 8, 16),
-        TileShape(64, 64, 8, 8, 8),
-        TileShape(64, 128, 8, 4, 8),
-        TileShape(64, 256, 4, 4, 16),
-        TileShape(32, 64, 4, 4, 8),
-    ),
-    "float64": (  # no 64/64 (8x8 doubles in 64 threads spill); BK 4 keeps 128/256 under 255 registers
-        TileShape(128, 256, 8, 8, 4),
-        TileShape(64, 256, 4, 4, 8),
-        TileShape(64, 128, 8, 4, 8),
-        TileShape(32, 64, 4, 4, 8),
-    ),
-}
-# Tensor-core (mma.sync) kernels: float32 as TF32 m16n8k8, float64 as DMMA m16n8k8 (4x m8n8k4 before sm_90).
-_MMA_SHAPES: dict[str, tuple[TileShape, ...]] = {
-    "float32": (TileShape(128, 256, 2, 4, 16), TileShape(64, 128, 2, 2, 16), TileShape(32, 64, 2, 1, 16)),
-    "float64": (TileShape(128, 256, 2, 4, 8), TileShape(64, 128, 2, 2, 16), TileShape(32, 64, 2, 1, 16)),
-}
-# Padding (scalars) that makes each kind's shared-memory reads conflict-free.
-_PAD = {("float32", False): 4, ("float64", False): 2, ("float32", True): 8, ("float64", True): 4}
-_SCALAR = {"float32": ("float", "f32"), "float64": ("double", "f64")}
+def packed(dtype: str, m: int, n: int, k: int, trans_a: bool = False, trans_b: bool = False,
+           aligned: bool = True, alpha: float = 1.0, beta: float = 0.0) -> GemmProblem:
+    """A problem on contiguous row-major matrices (lda, ldb, ldc = their row lengths)."""
+    return GemmProblem(dtype, m, n, k, trans_a, trans_b, aligned, alpha, beta,
+                       m if trans_a else k, k if trans_b else n, n)
 
 
-def allowed_combinations(dtype: np.dtype, tensor_core: bool = False) -> list[tuple[int, int]]:
-    """The (tile_size, block_size) pairs GEMM accepts for `dtype` (0 in either field means auto)."""
-    return [(s.tile, s.threads) for s in (_MMA_SHAPES if tensor_core else _SHAPES)[_dtype_name(dtype)]]
+@dataclass(frozen=True)
+class GemmChoice:
+    """A kernel shape and the pipeline around it (stages, cluster, tile order, split-K), plus switches."""
+    shape: shapes.Shape
+    stages: int = 1
+    cluster: tuple[int, int] = (1, 1)
+    raster: str = "row"
+    split_k: int = 1
+    pad: bool = True
+    unroll: bool = True
+    coalesce: bool = True
+    opts: kernels.CompileOpts = kernels.DEFAULT_OPTS
+
+    @property
+    def label(self) -> str:
+        pipeline = "".join(f"_{f}{_spell(getattr(self, f))}" for f, built, _ in _BUILT if getattr(self, f) != built)
+        return (self.shape.label + pipeline + ("" if self.coalesce else "_scalar")
+                + ("" if self.pad else "_nopad") + ("" if self.unroll else "_nounroll"))
 
 
-def _dtype_name(dtype: np.dtype) -> str:
-    name = np.dtype(dtype).name
-    if name not in _SHAPES:
-        raise TypeError(f"GEMM supports float32 and float64, not {name}")
-    return name
+def _spell(value: object) -> str:
+    return "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
-def _pick_shape(dtype: str, cfg: ConfigSnapshot, M: int, N: int, tensor_core: bool) -> TileShape:
-    """Validate tile_size/block_size against the allowed grid; choose by shape where they are 0."""
-    shapes = (_MMA_SHAPES if tensor_core else _SHAPES)[dtype]
-    tiles = sorted({s.tile for s in shapes}, reverse=True)
-    combos = ", ".join(f"{s.tile}/{s.threads}" for s in shapes)
-    if cfg.tile_size and cfg.tile_size not in tiles:
-        raise ValueError(f"GEMM tile_size={cfg.tile_size} is not allowed: choose 0 (auto) or one of "
-                         f"{', '.join(map(str, tiles))}")
-    if cfg.tile_size:
-        tile = cfg.tile_size
-    else:
-        # The largest tile that still gives every SM a block; else the smallest.
-        tile = next((t for t in tiles if -(-M // t) * -(-N // t) >= SM_COUNT), tiles[-1])
-        if cfg.block_size and not any(s.tile == tile and s.threads == cfg.block_size for s in shapes):
-            tile = next((s.tile for s in shapes if s.threads == cfg.block_size), tile)
-    for s in shapes:
-        if s.tile == tile and (cfg.block_size in (0, s.threads)):
-            return s
-    raise ValueError(f"GEMM tile_size={cfg.tile_size}, block_size={cfg.block_size} is not a valid combination "
-                     f"for {dtype}{' tensor-core' if tensor_core else ''} GEMM: valid tile_size/block_size pairs are {combos} (0 = auto)"
-                     + ("; kernel_type='tiled' selects the SIMT kernel and its pairs" if tensor_core else ""))
+def uses_tensor_cores(kernel_type: str, enable_tensor_core: bool, dtype: str) -> bool:
+    """True for the mma.sync kernel (the rule of the module docstring).
 
-
-def uses_tensor_core(cfg: ConfigSnapshot, dtype: str) -> bool:
-    """True for the mma.sync kernel: enable_tensor_core, kernel_type 'tensor_core', or 'auto' for float64.
-
-    FP64 tensor cores (DMMA) compute exact double FMAs, so 'auto' takes them for float64 (2x the
-    SIMT kernel's rate); for float32 they would mean TF32 rounding, so 'auto' leaves them off.
+    FP64 tensor cores (DMMA) compute exact double FMAs, so "auto" and "warp_optimized" take them for
+    float64 (2x the SIMT kernel's rate); for float32 they would mean TF32 rounding, so only
+    enable_tensor_core=True or kernel_type="tensor_core" turns them on.
     """
-    if cfg.enable_tma:
-        raise ValueError("GEMM has no TMA kernel: set enable_tma=False")
-    if cfg.kernel_type not in KERNEL_TYPES:
-        raise ValueError(f"GEMM kernel_type={cfg.kernel_type!r} is not allowed: choose one of "
+    if kernel_type not in KERNEL_TYPES:
+        raise ValueError(f"GEMM kernel_type={kernel_type!r} is not allowed: choose one of "
                          f"{', '.join(map(repr, KERNEL_TYPES))}")
-    if cfg.kernel_type == "tiled" and cfg.enable_tensor_core:
-        raise ValueError("GEMM kernel_type='tiled' is the FMA kernel but enable_tensor_core=True: "
-                         "set kernel_type='tensor_core' (or 'auto'), or enable_tensor_core=False")
-    return (cfg.enable_tensor_core or cfg.kernel_type == "tensor_core"
-            or (cfg.kernel_type == "auto" and dtype == "float64"))
+    if kernel_type == "simple":
+        return False
+    if kernel_type == "tensor_core":
+        return True
+    return enable_tensor_core or (dtype == "float64" and kernel_type in ("auto", "warp_optimized"))
 
 
-def gemm_kernel(dtype: np.dtype, cfg: ConfigSnapshot, M: int, N: int, K: int, trans_a: bool, trans_b: bool,
-                aligned: bool) -> tuple[str, str, dict, tuple[int, int, int], tuple[int, int, int], int]:
-    """-> (template, readable_name, params, grid, block, dynamic_shared_bytes) for one GEMM launch.
+def _kind(dtype: str, mma: bool) -> str:
+    return f"{dtype} {'mma.sync' if mma else 'SIMT'}"
 
-    `aligned` is the caller's promise that A, B, C are 16-byte aligned and lda, ldb, ldc are
-    multiples of 16 bytes' worth of scalars; only then (and with enable_memory_coalescing) does
-    the kernel use 16-byte global accesses. The name never includes the architecture.
-    """
-    name = _dtype_name(dtype)
-    if min(M, N, K) < 1:
-        raise ValueError(f"GEMM needs M, N, K >= 1, got M={M}, N={N}, K={K}")
-    tc = uses_tensor_core(cfg, name)
-    shape = _pick_shape(name, cfg, M, N, tc)
-    scalar, short = _SCALAR[name]
-    r = 16 // np.dtype(dtype).itemsize
-    vec = r if (cfg.enable_memory_coalescing and aligned) else 1
-    pad = _PAD[name, tc] if cfg.enable_shared_memory_opt else 0
+
+def _tile(problem: GemmProblem, cfg: ConfigSnapshot, mma: bool, target: Target) -> int:
+    """tile_size, or the automatic tile: the largest that still gives every SM a block, else the smallest."""
+    if cfg.tile_size not in (0, *shapes.TILES):
+        raise ValueError(f"GEMM tile_size={cfg.tile_size} is not allowed: choose 0 (auto) or one of "
+                         f"{', '.join(map(str, sorted(shapes.TILES, reverse=True)))}")
+    if cfg.tile_size:
+        return cfg.tile_size
+    fits = [t for t in shapes.TILES
+            if not cfg.block_size or cfg.block_size in shapes.valid_threads(problem.dtype, mma, t)]
+    if cfg.kernel_type == "simple" and fits:
+        return fits[0]      # the smallest tile that takes block_size: 16 unless more threads than outputs
+    tiles = [t for t in shapes.AUTO_TILES if t in fits]
+    if not tiles:
+        raise ValueError(f"GEMM block_size={cfg.block_size} fits no tile of the {_kind(problem.dtype, mma)} kernel: "
+                         f"choose one of {', '.join(map(str, shapes.BLOCKS))} or 0 (auto)")
+    return next((t for t in tiles if cdiv(problem.m, t) * cdiv(problem.n, t) >= target.sm_count), tiles[-1])
+
+
+def choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list[GemmChoice]:
+    """The shape `cfg` names (heuristic where it leaves tile and block to us), then the tuning candidates."""
+    if problem.dtype not in ("float32", "float64"):
+        raise TypeError(f"GEMM supports float32 and float64, not {problem.dtype}")
+    mma = uses_tensor_cores(cfg.kernel_type, cfg.enable_tensor_core, problem.dtype)
+    tile = _tile(problem, cfg, mma, target)
+    threads = cfg.block_size or shapes.default_threads(problem.dtype, mma, tile)
+    first = shapes.shape(problem.dtype, mma, tile, threads)
+    if first is None:
+        valid = shapes.valid_threads(problem.dtype, mma, tile)
+        raise ValueError(f"GEMM tile_size={tile} cannot run with block_size={threads} in the "
+                         f"{_kind(problem.dtype, mma)} kernel: with tile_size={tile} choose block_size "
+                         f"{', '.join(map(str, valid))} (0 = {shapes.default_threads(problem.dtype, mma, tile)})")
+    found = [first]
+    if not cfg.tile_size and not cfg.block_size and cfg.kernel_type != "simple":
+        found += [s for s in shapes.TUNED[problem.dtype, mma] if s != first]
+    switches = {"pad": cfg.enable_shared_memory_opt, "unroll": cfg.enable_loop_unroll,
+                "coalesce": cfg.enable_memory_coalescing, "opts": kernels.compile_opts(cfg)}
+    return [GemmChoice(s, **switches) for s in found]
+
+
+def plan(problem: GemmProblem, choice: GemmChoice, target: Target) -> Plan:
+    """One launch; operands a, b (the weight), c."""
+    for field, built, what in _BUILT:
+        if getattr(choice, field) != built:
+            raise ValueError(f"GEMM {field}={getattr(choice, field)!r} cannot be built yet (templates/gemm.cu.jinja "
+                             f"has {what}): use {field}={built!r}")
+    s, name = choice.shape, problem.dtype
+    reason = shapes.why_not(s, name)
+    if reason:
+        raise ValueError(f"GEMM cannot build {_kind(name, s.mma)} shape {s.label}: {reason}")
+    dtype = np.dtype(name)
+    r = vector_width(dtype)
+    vec = r if (choice.coalesce and problem.aligned) else 1
+    pad = _PAD[name, s.mma] if choice.pad else 0
     params = {
-        "scalar_t": scalar, "unroll": bool(cfg.enable_loop_unroll), "mma": tc,
-        "BM": shape.tile, "BN": shape.tile, "BK": shape.bk, "R": r, "VEC": vec, "PAD": pad,
-        "trans_a": bool(trans_a), "trans_b": bool(trans_b),
-        "min_blocks": 2 if name == "float32" and shape.threads >= 256 and (vec > 1 or tc) else 1,
+        "scalar_t": scalar_t(dtype), "unroll": choice.unroll, "mma": s.mma,
+        "BM": s.bm, "BN": s.bn, "BK": s.bk, "R": r, "VEC": vec, "PAD": pad,
+        "trans_a": problem.trans_a, "trans_b": problem.trans_b,
+        # Two blocks per SM (a 128-register cap) for float32 at 256 threads, tuned on the H100
+        # (the template applies it on sm_90+ only); never above 256 threads, where it would cap at 64.
+        "min_blocks": 2 if name == "float32" and s.threads == 256 and (vec > 1 or s.mma) else 1,
     }
-    params.update({"WARPS_M": shape.tm, "WARPS_N": shape.tn} if tc else {"TM": shape.tm, "TN": shape.tn})
-    ops = ("t" if trans_a else "n") + ("t" if trans_b else "n")
-    kind = (f"{'tf32' if name == 'float32' else 'dmma'}_w{shape.tm}x{shape.tn}" if tc
-            else f"r{shape.tm}x{shape.tn}")
-    readable = (f"gemm_{short}_t{shape.tile}x{shape.tile}x{shape.bk}_{kind}_{ops}_v{vec}"
-                + ("" if pad else "_nopad") + ("" if cfg.enable_loop_unroll else "_nounroll"))
-    grid = (-(-N // shape.tile), -(-M // shape.tile), 1)
-    return TEMPLATE, readable, params, grid, (shape.threads, 1, 1), 0
+    params.update({"WARPS_M": s.tm, "WARPS_N": s.tn, "WARPS_K": s.wk} if s.mma else {"TM": s.tm, "TN": s.tn})
+    ops = ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
+    kind = f"{'tf32' if name == 'float32' else 'dmma'}_{s.layout}" if s.mma else s.layout
+    readable = (f"gemm_{dtype_tag(dtype)}_t{s.bm}x{s.bn}x{s.bk}_{kind}_{ops}_v{vec}"
+                + ("" if pad else "_nopad") + ("" if choice.unroll else "_nounroll"))
+    spec = kernels.make_spec(TEMPLATE, "gemm", readable, params, choice.opts)
+    args = (ptr(0), ptr(1), ptr(2), i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
+            i32(problem.ldb), i32(problem.ldc), scalar(dtype, problem.alpha), scalar(dtype, problem.beta))
+    launch = KernelLaunch(spec, (cdiv(problem.n, s.bn), cdiv(problem.m, s.bm)), (s.threads,), args,
+                          units=UNITS[name, s.mma])
+    return Plan((launch,), ("a", "b", "c"), choice=choice.label)
+
+
+# The old specs() shapes: large and small square problems (aligned), odd ones (unaligned).
+_PREWARM = ((4096, 4096, 4096, True), (1024, 1024, 1024, True), (1000, 1000, 1000, True),
+            (33, 4097, 1000, False), (7, 7, 7, False))
+
+
+def problems() -> list[GemmProblem]:
+    """Both dtypes; B as stored (nn, what a default GemmFloat() runs) and transposed (nt, a Linear layer's weight)."""
+    return [packed(dt, m, n, k, False, trans_b, aligned) for dt in ("float32", "float64")
+            for trans_b in (False, True) for m, n, k, aligned in _PREWARM]
+
+
+FAMILY = Family("gemm", choices, plan, problems)

@@ -6,19 +6,40 @@ forward keyword arguments for one call. The output must be N x C x OH x OW with
 OH = (H + 2 pad_h - kernel_h) // stride_h + 1 (PyTorch's floor mode). Average pooling counts the
 padding in the divisor (kernel_h * kernel_w: PyTorch's default count_include_pad=True).
 Global pools reduce each H x W plane to one value; the output may be N x C or N x C x 1 x 1.
-Max pools propagate NaN. Templates: templates/pool.cu.jinja, window geometry compiled in.
+Max pools propagate NaN. Template: templates/pool.cu.jinja, window geometry compiled in.
+
+Two families, each for op "max" and "avg". How each JITConfig field changes their kernels:
+
+    field                     window pools (pool2d)                 global pools (global_pool)
+    kernel_type "simple"      one output per thread, scalar access  scalar loads, one in flight
+    other kinds               OPT outputs per thread, 16-byte       16-byte loads, ITEMS in flight
+    ("auto", "tiled", ...)    loads/stores where rows line up
+    tile_size                 outputs per thread OPT: 8 .. 128      elements per thread per step:
+                              (0: one 16-byte store's worth)        8 .. 128 (0: 4 loads)
+    block_size                threads per block (0: 256)            threads per block (0: 128; at
+                                                                    least the threads per plane)
+    enable_memory_coalescing  16-byte accesses vs scalar            16-byte loads vs scalar
+    enable_loop_unroll, enable_shared_memory_opt, enable_tensor_core, enable_tma   ignored: the inner
+                              loops have compile-time counts and are always unrolled, nothing is
+                              staged in shared memory, and there is nothing for tensor cores or TMA
+optimization_level and max_registers reach NVRTC.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from .. import kernels
+from ..config import ConfigSnapshot
+from ..plan import Family, KernelLaunch, Plan, i32, i64, ptr
+from ..target import Target
 from ..tensor import Tensor
-from .base import Operator, dtype_tag, scalar_t
-from .elementwise import vector_width
+from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
 
 TEMPLATE = "pool.cu.jinja"
+TILE_SIZES = (0, 8, 16, 32, 64, 128)
 DEFAULT_THREADS = 256
 GLOBAL_ITEMS = 4
 GLOBAL_THREADS = 128
@@ -34,22 +55,45 @@ class Window(NamedTuple):
     pw: int
 
 
-def pool2d_kernel(dtype: np.dtype, cfg, op: str, win: Window, W: int, OW: int, aligned_in: bool,
-                  aligned_out: bool, wide: bool, opt: int | None = None) -> tuple[str, str, dict]:
-    """-> (template, readable name, params) of one window-pool kernel (OPT: outputs per thread)."""
-    vec = vector_width(dtype)
-    coalesce = cfg.enable_memory_coalescing
-    if opt is None:
-        opt = outputs_per_thread(dtype, OW)
-    vec_in = bool(coalesce and aligned_in and W % vec == 0 and win.pw == 0 and (opt * win.sw) % vec == 0)
-    vec_out = bool(coalesce and aligned_out and OW % vec == 0 and opt % vec == 0)
-    threads = cfg.block_size or DEFAULT_THREADS
-    params = {"scalar_t": scalar_t(dtype), "unroll": bool(cfg.enable_loop_unroll), "op": op, "kernel": "pool2d",
-              "THREADS": threads, "VEC": vec, "KH": win.kh, "KW": win.kw, "SH": win.sh, "SW": win.sw,
-              "PH": win.ph, "PW": win.pw, "OPT": opt, "VEC_IN": vec_in, "VEC_OUT": vec_out, "WIDE": wide}
-    name = (f"{op}pool2d_{dtype_tag(dtype)}_k{win.kh}x{win.kw}_s{win.sh}x{win.sw}_p{win.ph}x{win.pw}_o{opt}"
-            f"_{'v' if vec_in else 's'}{'v' if vec_out else 's'}_b{threads}" + ("_wide" if wide else ""))
-    return TEMPLATE, name, params
+def check_tile_size(cfg: ConfigSnapshot) -> None:
+    """Raise for a tile_size no pool kernel takes."""
+    if cfg.tile_size not in TILE_SIZES:
+        raise ValueError(f"tile_size={cfg.tile_size} is not available for pooling kernels: choose one of "
+                         f"{', '.join(map(str, TILE_SIZES))} (0 = automatic)")
+
+
+def units(dtype: str) -> str:
+    return "FP32 cores" if dtype == "float32" else "FP64 cores"
+
+
+# --- window pools --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WindowProblem:
+    """Pool `planes` (N * C) planes of h x w into oh x ow under `window`; x and y 16-byte alignment."""
+    op: str
+    dtype: str
+    planes: int
+    h: int
+    w: int
+    oh: int
+    ow: int
+    window: Window
+    aligned_in: bool
+    aligned_out: bool
+
+
+@dataclass(frozen=True)
+class WindowChoice:
+    """Threads per block, adjacent outputs per thread, 16-byte loads / stores."""
+    threads: int
+    opt: int
+    vec_in: bool
+    vec_out: bool
+    opts: kernels.CompileOpts = kernels.DEFAULT_OPTS
+
+    @property
+    def label(self) -> str:
+        return f"o{self.opt}_{'v' if self.vec_in else 's'}{'v' if self.vec_out else 's'}_b{self.threads}"
 
 
 def outputs_per_thread(dtype: np.dtype, OW: int) -> int:
@@ -58,26 +102,125 @@ def outputs_per_thread(dtype: np.dtype, OW: int) -> int:
     return OPT_VECTORS * vec if OW >= OPT_VECTORS * vec else (vec if OW >= vec else 1)
 
 
-def global_pool_kernel(dtype: np.dtype, cfg, op: str, hw: int, aligned: bool) -> tuple[str, str, dict]:
-    """-> (template, readable name, params) of one global-pool kernel (TPR threads per plane)."""
+def window_choices(problem: WindowProblem, cfg: ConfigSnapshot, target: Target) -> list[WindowChoice]:
+    """The one kernel shape `cfg` names; 16-byte accesses only where pointers, W, OW and the span line up."""
+    check_tile_size(cfg)
+    dtype, win = np.dtype(problem.dtype), problem.window
     vec = vector_width(dtype)
-    vg = vec if (cfg.enable_memory_coalescing and aligned and hw % vec == 0) else 1
-    per_thread = -(-(hw // vg) // (2 * GLOBAL_ITEMS))   # about two steps of GLOBAL_ITEMS loads per thread
+    simple = cfg.kernel_type == "simple"
+    opt = 1 if simple else (cfg.tile_size or outputs_per_thread(dtype, problem.ow))
+    coalesce = cfg.enable_memory_coalescing and not simple
+    vec_in = bool(coalesce and problem.aligned_in and problem.w % vec == 0 and win.pw == 0
+                  and (opt * win.sw) % vec == 0)
+    vec_out = bool(coalesce and problem.aligned_out and problem.ow % vec == 0 and opt % vec == 0)
+    return [WindowChoice(cfg.block_size or DEFAULT_THREADS, opt, vec_in, vec_out, kernels.compile_opts(cfg))]
+
+
+def window_plan(problem: WindowProblem, choice: WindowChoice, target: Target) -> Plan:
+    """One launch over every output group: x = operand 0, y = operand 1."""
+    dtype, win, threads = np.dtype(problem.dtype), problem.window, choice.threads
+    groups = cdiv(problem.ow, choice.opt)
+    total = problem.planes * problem.oh * groups
+    grid = min(cdiv(total, threads), 2 ** 31 - 1)
+    wide = total + grid * threads >= 2 ** 31 or problem.planes * problem.h * problem.w >= 2 ** 31
+    params = {"scalar_t": scalar_t(dtype), "unroll": True, "op": problem.op, "kernel": "pool2d",
+              "THREADS": threads, "VEC": vector_width(dtype), "KH": win.kh, "KW": win.kw, "SH": win.sh,
+              "SW": win.sw, "PH": win.ph, "PW": win.pw, "OPT": choice.opt, "VEC_IN": choice.vec_in,
+              "VEC_OUT": choice.vec_out, "WIDE": wide}
+    name = (f"{problem.op}pool2d_{dtype_tag(dtype)}_k{win.kh}x{win.kw}_s{win.sh}x{win.sw}_p{win.ph}x{win.pw}"
+            f"_{choice.label}" + ("_wide" if wide else ""))
+    spec = kernels.make_spec(TEMPLATE, "pool2d", name, params, choice.opts)
+    args = (ptr(0), ptr(1), i64(total), i32(problem.h), i32(problem.w), i32(problem.oh), i32(problem.ow),
+            i32(groups))
+    return Plan((KernelLaunch(spec, (grid,), (threads,), args, units=units(problem.dtype)),), ("x", "y"),
+                choice=choice.label)
+
+
+def window_problems(op: str) -> list[WindowProblem]:
+    """The spec's 2x2 pool on 32x64x56x56, a padded 3x3 stride-1 pool, and an odd unaligned one."""
+    cases = ((Window(2, 2, 2, 2, 0, 0), 32 * 64, 56, 56, 28, 28, True),
+             (Window(3, 3, 1, 1, 1, 1), 32 * 64, 56, 56, 56, 56, True),
+             (Window(2, 2, 2, 2, 0, 0), 7, 33, 33, 16, 16, False))
+    return [WindowProblem(op, dt, planes, h, w, oh, ow, win, aligned, aligned) for dt in ("float32", "float64")
+            for win, planes, h, w, oh, ow, aligned in cases]
+
+
+def window_family(op: str) -> Family:
+    """The window-pool family for op "max" or "avg"."""
+    return Family(f"{op}pool2d", window_choices, window_plan, lambda: window_problems(op))
+
+
+# --- global pools --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GlobalProblem:
+    """Reduce `rows` planes of hw scalars each; `aligned`: x 16-byte aligned."""
+    op: str
+    dtype: str
+    rows: int
+    hw: int
+    aligned: bool
+
+
+@dataclass(frozen=True)
+class GlobalChoice:
+    """Threads per block, threads per plane, loads in flight per thread, scalars per load."""
+    threads: int
+    tpr: int
+    items: int
+    vg: int
+    opts: kernels.CompileOpts = kernels.DEFAULT_OPTS
+
+    @property
+    def label(self) -> str:
+        return f"t{self.tpr}_v{self.vg}i{self.items}_b{self.threads}"
+
+
+def global_choices(problem: GlobalProblem, cfg: ConfigSnapshot, target: Target) -> list[GlobalChoice]:
+    """The one kernel shape `cfg` names; threads per plane grow with the plane (up to 512)."""
+    check_tile_size(cfg)
+    vec = vector_width(np.dtype(problem.dtype))
+    simple = cfg.kernel_type == "simple"
+    vg = vec if (not simple and cfg.enable_memory_coalescing and problem.aligned and problem.hw % vec == 0) else 1
+    items = 1 if simple else (max(1, cfg.tile_size // vg) if cfg.tile_size else GLOBAL_ITEMS)
+    per_thread = cdiv(problem.hw // vg, 2 * items)   # about two steps of `items` loads per thread
     tpr = 1
     while tpr * 2 <= min(per_thread, 512):
         tpr *= 2
     threads = max(cfg.block_size or GLOBAL_THREADS, tpr)
-    params = {"scalar_t": scalar_t(dtype), "unroll": bool(cfg.enable_loop_unroll), "op": op,
-              "kernel": "global_pool", "THREADS": threads, "VEC": vec, "TPR": tpr, "ITEMS": GLOBAL_ITEMS,
-              "VEC_G": vg}
-    return TEMPLATE, f"global{op}pool_{dtype_tag(dtype)}_t{tpr}_v{vg}_b{threads}", params
+    return [GlobalChoice(threads, tpr, items, vg, kernels.compile_opts(cfg))]
 
 
+def global_plan(problem: GlobalProblem, choice: GlobalChoice, target: Target) -> Plan:
+    """One launch, threads // tpr planes per block: x = operand 0, y = operand 1."""
+    dtype = np.dtype(problem.dtype)
+    params = {"scalar_t": scalar_t(dtype), "unroll": True, "op": problem.op, "kernel": "global_pool",
+              "THREADS": choice.threads, "VEC": vector_width(dtype), "TPR": choice.tpr, "ITEMS": choice.items,
+              "VEC_G": choice.vg}
+    name = f"global{problem.op}pool_{dtype_tag(dtype)}_{choice.label}"
+    spec = kernels.make_spec(TEMPLATE, "global_pool", name, params, choice.opts)
+    grid = min(cdiv(problem.rows, choice.threads // choice.tpr), 2 ** 31 - 1)
+    launch = KernelLaunch(spec, (grid,), (choice.threads,), (ptr(0), ptr(1), i64(problem.rows), i64(problem.hw)),
+                          units=units(problem.dtype))
+    return Plan((launch,), ("x", "y"), choice=choice.label)
+
+
+def global_problems(op: str) -> list[GlobalProblem]:
+    """56 x 56 aligned planes, 7 x 7 unaligned ones and 1 x 1 planes, both dtypes."""
+    return [GlobalProblem(op, dt, 32 * 64, hw, aligned) for dt in ("float32", "float64")
+            for hw, aligned in ((56 * 56, True), (7 * 7, False), (1, False))]
+
+
+def global_family(op: str) -> Family:
+    """The global-pool family for op "max" or "avg"."""
+    return Family(f"global{op}pool2d", global_choices, global_plan, lambda: global_problems(op))
+
+
+# --- operators -----------------------------------------------------------------------------------
 class Pool2D(Operator):
-    """Window pooling over NCHW (see the module docstring for the parameters)."""
+    """Window pooling over NCHW: `forward(x, y, **window)` returns y (see the module docstring)."""
 
     op = "max"
-    uses_shared_memory = False
+    family = window_family("max")
 
     def __init__(self, kernel_h: int = 2, kernel_w: int = 2, stride_h: int | None = None,
                  stride_w: int | None = None, pad_h: int = 0, pad_w: int = 0):
@@ -108,115 +251,76 @@ class Pool2D(Operator):
         n, c, h, w = shape
         return (n, c, (h + 2 * win.ph - win.kh) // win.sh + 1, (w + 2 * win.pw - win.kw) // win.sw + 1)
 
-    def forward(self, x: Tensor, y: Tensor, **kwargs: Any) -> Tensor:
-        """y = pool(x); keyword arguments kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w override
-        the constructor's for this call; returns y."""
-        try:
-            key = (x.shape, y.shape, tuple(sorted(kwargs.items())), x.dtype, y.dtype, x.device, y.device,
-                   (x.ptr & 15, y.ptr & 15))
-        except AttributeError:
-            key = None
-        launch = self._launches.get(key)
-        if launch is None:
-            unknown = set(kwargs) - set(self._defaults)
-            if unknown:
-                raise TypeError(f"{type(self).__name__}.forward got unexpected keyword arguments "
-                                f"{sorted(unknown)}: allowed are {', '.join(self._defaults)}")
-            win = self._window(**kwargs)
-            self._check("x", x, ndim=4)
-            self._check("y", y)
-            n, c, h, w = x.shape
-            oh, ow = (h + 2 * win.ph - win.kh) // win.sh + 1, (w + 2 * win.pw - win.kw) // win.sw + 1
-            if oh < 1 or ow < 1:
-                raise ValueError(f"{type(self).__name__}: x of shape {list(x.shape)} is smaller than the "
-                                 f"{win.kh}x{win.kw} window (padding {win.ph}x{win.pw})")
-            if tuple(y.shape) != (n, c, oh, ow):
-                raise ValueError(f"{type(self).__name__}: y has shape {list(y.shape)}, expected {[n, c, oh, ow]} "
-                                 f"(x of shape {list(x.shape)}, kernel {win.kh}x{win.kw}, stride {win.sh}x{win.sw}, "
-                                 f"padding {win.ph}x{win.pw})")
-            if y.size == 0:
-                return y
-            launch = self._launches[key] = self._make_launch(x, y, win)
-        launch(x.ptr, y.ptr)
-        return y
+    def _bind(self, x: Tensor, y: Tensor, **kwargs: Any) -> tuple:
+        key = (x.shape, y.shape, tuple(sorted(kwargs.items())), x.dtype, y.dtype, x.device, y.device,
+               x.ptr & 15, y.ptr & 15)
+        return key, (x.ptr, y.ptr), y
 
-    def _make_launch(self, x: Tensor, y: Tensor, win: Window):
+    def _problem(self, x: Tensor, y: Tensor, **kwargs: Any) -> WindowProblem | None:
+        """kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w override the constructor's for this call."""
+        name = type(self).__name__
+        unknown = set(kwargs) - set(self._defaults)
+        if unknown:
+            raise TypeError(f"{name}.forward got unexpected keyword arguments {sorted(unknown)}: allowed are "
+                            f"{', '.join(self._defaults)}")
+        win = self._window(**kwargs)
+        self._check("x", x, ndim=4)
+        self._check("y", y)
         n, c, h, w = x.shape
-        _, _, oh, ow = y.shape
-        opt = outputs_per_thread(self.dtype, ow)
-        groups = -(-ow // opt)
-        total = n * c * oh * groups
-        threads = self._config.block_size or DEFAULT_THREADS
-        grid = min(-(-total // threads), 2**31 - 1)
-        wide = total + grid * threads >= 2**31 or n * c * h * w >= 2**31
-        template, name, params = pool2d_kernel(self.dtype, self._config, self.op, win, w, ow,
-                                               (x.ptr & 15) == 0, (y.ptr & 15) == 0, wide)
-        return self._prepare(self._spec(template, "pool2d", name, params), (grid, 1, 1), (threads, 1, 1), 0,
-                             [("ptr", x.ptr), ("ptr", y.ptr), ("i64", total), ("i32", h), ("i32", w),
-                              ("i32", oh), ("i32", ow), ("i32", groups)])
+        oh, ow = (h + 2 * win.ph - win.kh) // win.sh + 1, (w + 2 * win.pw - win.kw) // win.sw + 1
+        if oh < 1 or ow < 1:
+            raise ValueError(f"{name}: x of shape {list(x.shape)} is smaller than the {win.kh}x{win.kw} window "
+                             f"(padding {win.ph}x{win.pw})")
+        if tuple(y.shape) != (n, c, oh, ow):
+            raise ValueError(f"{name}: y has shape {list(y.shape)}, expected {[n, c, oh, ow]} (x of shape "
+                             f"{list(x.shape)}, kernel {win.kh}x{win.kw}, stride {win.sh}x{win.sw}, "
+                             f"padding {win.ph}x{win.pw})")
+        if y.size == 0:
+            return None
+        return WindowProblem(self.op, self.dtype.name, n * c, h, w, oh, ow, win, (x.ptr & 15) == 0,
+                             (y.ptr & 15) == 0)
 
     def work(self, x: Tensor, y: Tensor, **kwargs: Any) -> tuple[float, float]:
         win = self._window(**kwargs)
         return float(y.size * win.kh * win.kw), float((x.size + y.size) * self.dtype.itemsize)
 
-    def specs(self) -> list:
-        """The spec's 2x2 pool on 32x64x56x56, a padded 3x3 stride-1 pool, and an odd unaligned one."""
-        out = []
-        for win, w, ow, aligned in ((Window(2, 2, 2, 2, 0, 0), 56, 28, True), (Window(3, 3, 1, 1, 1, 1), 56, 56, True),
-                                    (Window(2, 2, 2, 2, 0, 0), 33, 16, False)):
-            template, name, params = pool2d_kernel(self.dtype, self._config, self.op, win, w, ow, aligned, aligned,
-                                                   False)
-            out.append(self._spec(template, "pool2d", name, params))
-        return out
-
 
 class GlobalPool2D(Operator):
-    """Reduce each H x W plane of an NCHW tensor to one value (output N x C or N x C x 1 x 1)."""
+    """Reduce each H x W plane of an NCHW tensor to one value: `forward(x, y)`, y N x C or N x C x 1 x 1."""
 
     op = "max"
-    uses_shared_memory = False  # only one word per warp for the block reduction
+    family = global_family("max")
 
-    def forward(self, x: Tensor, y: Tensor) -> Tensor:
-        """y[n, c] = reduce(x[n, c, :, :]); returns y."""
-        try:
-            key = (x.shape, y.shape, x.dtype, y.dtype, x.device, y.device, x.ptr & 15)
-        except AttributeError:
-            key = None
-        launch = self._launches.get(key)
-        if launch is None:
-            self._check("x", x, ndim=4)
-            self._check("y", y)
-            n, c, h, w = x.shape
-            if tuple(y.shape) not in ((n, c), (n, c, 1, 1)):
-                raise ValueError(f"{type(self).__name__}: y has shape {list(y.shape)}, expected {[n, c]} or "
-                                 f"{[n, c, 1, 1]} (x of shape {list(x.shape)})")
-            if y.size == 0:
-                return y
-            if h * w == 0:
-                raise ValueError(f"{type(self).__name__}: x of shape {list(x.shape)} has empty planes: "
-                                 "nothing to pool")
-            launch = self._launches[key] = self._make_launch(x, y)
-        launch(x.ptr, y.ptr)
-        return y
+    def _bind(self, x: Tensor, y: Tensor) -> tuple:
+        return (x.shape, y.shape, x.dtype, y.dtype, x.device, y.device, x.ptr & 15), (x.ptr, y.ptr), y
 
-    def _make_launch(self, x: Tensor, y: Tensor):
+    def _problem(self, x: Tensor, y: Tensor) -> GlobalProblem | None:
+        self._check("x", x, ndim=4)
+        self._check("y", y)
         n, c, h, w = x.shape
-        rows, hw = n * c, h * w
-        template, name, params = global_pool_kernel(self.dtype, self._config, self.op, hw, (x.ptr & 15) == 0)
-        threads, tpr = params["THREADS"], params["TPR"]
-        grid = min(-(-rows // (threads // tpr)), 2**31 - 1)
-        return self._prepare(self._spec(template, "global_pool", name, params), (grid, 1, 1), (threads, 1, 1), 0,
-                             [("ptr", x.ptr), ("ptr", y.ptr), ("i64", rows), ("i64", hw)])
+        if tuple(y.shape) not in ((n, c), (n, c, 1, 1)):
+            raise ValueError(f"{type(self).__name__}: y has shape {list(y.shape)}, expected {[n, c]} or "
+                             f"{[n, c, 1, 1]} (x of shape {list(x.shape)})")
+        if y.size == 0:
+            return None
+        if h * w == 0:
+            raise ValueError(f"{type(self).__name__}: x of shape {list(x.shape)} has empty planes: nothing to pool")
+        return GlobalProblem(self.op, self.dtype.name, n * c, h * w, (x.ptr & 15) == 0)
 
     def work(self, x: Tensor, y: Tensor, *args: Any, **kwargs: Any) -> tuple[float, float]:
         return float(x.size), float((x.size + y.size) * self.dtype.itemsize)
 
-    def specs(self) -> list:
-        out = []
-        for hw, aligned in ((56 * 56, True), (7 * 7, False), (1, False)):
-            template, name, params = global_pool_kernel(self.dtype, self._config, self.op, hw, aligned)
-            out.append(self._spec(template, "global_pool", name, params))
-        return out
+
+class AveragePool2D(Pool2D):
+    """Window average pooling, padding counted in the divisor."""
+    op = "avg"
+    family = window_family("avg")
+
+
+class GlobalAveragePool2D(GlobalPool2D):
+    """Global average pooling."""
+    op = "avg"
+    family = global_family("avg")
 
 
 class MaxPool2DFloat(Pool2D):
@@ -229,16 +333,14 @@ class MaxPool2DDouble(Pool2D):
     dtype = np.dtype(np.float64)
 
 
-class AveragePool2DFloat(Pool2D):
+class AveragePool2DFloat(AveragePool2D):
     """float32 average pooling, padding counted (cuOP `AveragePool2DFloat`)."""
     dtype = np.dtype(np.float32)
-    op = "avg"
 
 
-class AveragePool2DDouble(Pool2D):
+class AveragePool2DDouble(AveragePool2D):
     """float64 average pooling, padding counted (cuOP `AveragePool2DDouble`)."""
     dtype = np.dtype(np.float64)
-    op = "avg"
 
 
 class GlobalMaxPool2DFloat(GlobalPool2D):
@@ -251,13 +353,11 @@ class GlobalMaxPool2DDouble(GlobalPool2D):
     dtype = np.dtype(np.float64)
 
 
-class GlobalAveragePool2DFloat(GlobalPool2D):
+class GlobalAveragePool2DFloat(GlobalAveragePool2D):
     """float32 global average pooling (cuOP `GlobalAveragePool2DFloat`)."""
     dtype = np.dtype(np.float32)
-    op = "avg"
 
 
-class GlobalAveragePool2DDouble(GlobalPool2D):
+class GlobalAveragePool2DDouble(GlobalAveragePool2D):
     """float64 global average pooling (cuOP `GlobalAveragePool2DDouble`)."""
     dtype = np.dtype(np.float64)
-    op = "avg"

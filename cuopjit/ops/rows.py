@@ -2,19 +2,33 @@
 
 How the JITConfig fields change the row kernels (templates/rowops.cuh.jinja):
 
-    block_size                threads per block; a row of up to block_size * tile_size elements
-                              lives in one block, several short rows share a block
-    tile_size                 elements each thread holds in registers; allowed 8, 16, 32, 64
-                              (both 0: chosen by row length, see plan_rows)
+    kernel_type               "auto", "tensor_core": the measured layouts of plan_rows (there is no
+                              tensor-core row kernel); "tiled": the explicit layout below even with
+                              tile_size and block_size 0; "simple": the register-row kernel only, in
+                              one block of up to 1024 threads, split-row past that (as
+                              enable_shared_memory_opt=False); "warp_optimized": a row per warp (32
+                              threads per row, reductions by shuffles only, as many elements per
+                              thread as the row needs, up to 128 float / 64 double), longer rows as
+                              "tiled"
+    tile_size                 elements each thread holds in registers: 8, 16, 32, 64, 128 (0: 32
+                              float / 16 double when an explicit layout is asked for; float64
+                              holds at most 64, so 128 runs as 64: see MAX_EPT)
+    block_size                threads per block: 32 .. 1024 (0: 256); a row of up to block_size *
+                              tile_size elements lives in one block, several short rows share a block
+                              (tile_size and block_size both 0 with kernel_type "auto": chosen by row
+                              length, see plan_rows)
     enable_memory_coalescing  16-byte vector loads/stores (where pointers and L allow) vs scalar
     enable_loop_unroll        `#pragma unroll` on the register loops (off: `unroll 1`, which puts
                               the row in local memory: a real, slower variant)
     enable_shared_memory_opt  rows longer than one block: the stream kernel (one block per row,
                               the row's head copied into shared memory by cp.async, the rest
-                              re-read from L2; rows >= one per SM) or a thread-block cluster sharing partial results through
-                              distributed shared memory (sm_90; both one HBM read of x) vs the
-                              split-row path through global memory (two kernels, two reads)
-    kernel_type               "auto" only; enable_tensor_core / enable_tma: no such kernel
+                              re-read from L2; rows >= one per SM) or a thread-block cluster
+                              sharing partial results through distributed shared memory (targets
+                              with clusters; both one HBM read of x) vs the split-row path through
+                              global memory (two kernels, two reads, the partial results in the
+                              plan's workspace)
+    enable_tensor_core, enable_tma   no such row kernel: ignored
+optimization_level and max_registers reach NVRTC.
 """
 from __future__ import annotations
 
@@ -22,22 +36,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import kernels
 from ..config import ConfigSnapshot
+from ..target import Target
+from .base import vector_width
 
-TILE_SIZES = (0, 8, 16, 32, 64)
-BLOCK_SIZES = (0, 64, 128, 256, 512, 1024)
+TILE_SIZES = (0, 8, 16, 32, 64, 128)
+BLOCK_SIZES = (0, 32, 64, 128, 256, 512, 1024)
+MAX_EPT = {4: 128, 8: 64}  # elements per thread a row kernel holds: 128 doubles would need 256 registers (> 255)
 MAX_CLUSTER = 8  # the portable cluster size limit
-# Stream kernels (sm_90 figures: 228 KB of shared memory per SM, 227 KB per block, 1 KB per block
-# reserved by the system; 132 SMs x 50 MB L2 on H100).
-SMEM_PER_SM = 233472
-SMEM_PER_BLOCK = 232448
-SMEM_STATIC = 1024 + 1536  # the system's reserve + block_combine's scratch (at most 2 x 32 x 3 doubles)
+SMEM_STATIC = 1024 + 1536  # the system's reserve per block + block_combine's scratch (at most 2 x 32 x 3 doubles)
 STREAM_STEP = 2            # default vectors in flight per thread per step (4 spills at 64 registers)
-L2_PER_SM = 192 * 1024     # bytes of re-read rows per SM that L2 holds (132 x 192 KB = 25 MB, half of L2)
+StreamTable = tuple[tuple[int, int, int, int, bool], ...]
 
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def l2_per_sm(target: Target) -> int:
+    """Bytes of re-read rows per SM that L2 holds: half of L2 over the SMs (H100: 50 MB / 2 / 132 = 194 KB)."""
+    return target.l2_bytes // 2 // target.sm_count
 
 
 @dataclass(frozen=True)
@@ -52,7 +71,7 @@ class RowPlan:
     rpb: int      # rows per block
     cl: int       # blocks per cluster (1: no cluster)
     chunks: int   # split-row: blocks per row
-    occ: int = 1024  # threads per SM that __launch_bounds__ promises (1024: <= 64 registers, 512: <= 128)
+    occ: int = 1024  # threads per SM that __launch_bounds__ promises (1024: <= 64 registers, 512: <= 128, 256: <= 255)
     stash: int = 0   # stream: vectors of the row's head held in shared memory (a multiple of tpr)
     copy_async: bool = False  # stream: the stash filled by cp.async (in flight during the rest's pass 1)
 
@@ -78,48 +97,93 @@ class RowPlan:
         return s + (f"c{self.cl}" if self.cl > 1 else "")
 
 
-def vector_width(dtype: np.dtype, cfg: ConfigSnapshot, aligned: bool) -> int:
+@dataclass(frozen=True)
+class RowChoice:
+    """A row kernel's layout, its loop unrolling and compile settings."""
+    layout: RowPlan
+    unroll: bool = True
+    opts: kernels.CompileOpts = kernels.DEFAULT_OPTS
+
+    @property
+    def label(self) -> str:
+        return f"{self.layout.kind}_{self.layout.tag()}" + ("" if self.unroll else "_nounroll")
+
+
+@dataclass(frozen=True)
+class LongRows:
+    """A family's measured layout of rows longer than one short block (see plan_rows)."""
+    epts: tuple[int, ...] = (32,)   # elements per thread to try, in order
+    block: int = 256                 # threads per block before clusters
+    stream: StreamTable = ()         # the stream-kernel table of this dtype
+
+
+def check_config(cfg: ConfigSnapshot) -> None:
+    """Raise for a tile_size or block_size no row kernel takes, saying what to choose."""
+    if cfg.tile_size not in TILE_SIZES:
+        raise ValueError(f"tile_size={cfg.tile_size} is not available for row kernels: choose one of "
+                         f"{', '.join(map(str, TILE_SIZES))} (0 = automatic)")
+    if cfg.block_size not in BLOCK_SIZES:
+        raise ValueError(f"block_size={cfg.block_size} is not available for row kernels: choose one of "
+                         f"{', '.join(map(str, BLOCK_SIZES))} (0 = automatic)")
+
+
+def row_vector(dtype: np.dtype, cfg: ConfigSnapshot, aligned: bool) -> int:
     """16-byte vectors when coalescing is on and pointers/lengths allow it, else 1."""
-    return 16 // np.dtype(dtype).itemsize if cfg.enable_memory_coalescing and aligned else 1
+    return vector_width(dtype) if cfg.enable_memory_coalescing and aligned else 1
 
 
-def plan_rows(dtype: np.dtype, cfg: ConfigSnapshot, length: int, vec: int, cluster_ok: bool,
-              long_epts: tuple[int, ...] = (32,), long_block: int = 256,
-              stream: tuple[tuple[int, int, int, int, bool], ...] = ()) -> RowPlan:
-    """Choose the row layout for rows of `length` scalars (vec must divide length when > 1).
+def choose(dtype: np.dtype, cfg: ConfigSnapshot, target: Target, rows: int, length: int, aligned: bool,
+           long_rows: LongRows) -> RowChoice:
+    """The row kernel `cfg` names for `rows` rows of `length` scalars on `target` (raises for bad fields)."""
+    check_config(cfg)
+    layout = plan_rows(dtype, cfg, target, rows, length, row_vector(dtype, cfg, aligned), long_rows)
+    return RowChoice(layout, cfg.enable_loop_unroll, kernels.compile_opts(cfg))
+
+
+def plan_rows(dtype: np.dtype, cfg: ConfigSnapshot, target: Target, rows: int, length: int, vec: int,
+              long_rows: LongRows = LongRows()) -> RowPlan:
+    """Choose the row layout for `rows` rows of `length` scalars (vec must divide length when > 1).
 
     With tile_size and block_size both automatic (measured on H100, benchmarks/NOTES.md, 5B):
       1. a row that fits in 256 threads at 8 elements per thread takes that (short rows: few
          registers per thread, many rows in flight);
-      2. else the first of `long_epts` (elements per thread) with which one block of 256, then
-         one of `long_block` threads, holds the row;
-      3. else (sm_90, shared-memory opt on) the first `stream` entry (max_length, threads, blocks
-         per SM, vectors in flight per thread, cp.async stash) whose max_length >= length: the stream kernel with
-         as much of the row stashed in shared memory as fits, if the rest (re-read from L2) stays
-         under L2_PER_SM per SM;
-         else a cluster of `long_block`-thread blocks (at most 8), the first of `long_epts` that fits;
+      2. else the first of `long_rows.epts` (elements per thread) with which one block of 256, then
+         one of `long_rows.block` threads, holds the row;
+      3. else (a target with clusters, shared-memory opt on) the first `long_rows.stream` entry
+         (max_length, threads, blocks per SM, vectors in flight per thread, cp.async stash) whose
+         max_length >= length, when there is a row per block for every SM (rows >= sm_count): the
+         stream kernel with as much of the row stashed in shared memory as fits, if the rest
+         (re-read from L2) stays under l2_per_sm per SM;
+         else a cluster of `long_rows.block`-thread blocks (at most 8), the first epts that fits;
       4. else one block of up to 1024 threads, else the split-row path.
-    An explicit tile_size / block_size replaces these choices (0 keeps 32 float / 16 double, 256).
+    An explicit tile_size / block_size (or kernel_type "tiled" / "warp_optimized") replaces these
+    choices (0 keeps 32 float / 16 double, 256); kernel_type "simple" allows neither clusters nor
+    the stream kernel.
     """
     f32 = np.dtype(dtype) == np.float32
-    cluster_ok = cluster_ok and cfg.enable_shared_memory_opt
+    cluster_ok = target.clusters and cfg.enable_shared_memory_opt and cfg.kernel_type != "simple"
     lv = -(-length // vec)
-    if cfg.tile_size or cfg.block_size:
-        ept = cfg.tile_size or (32 if f32 else 16)
+    if cfg.tile_size or cfg.block_size or cfg.kernel_type in ("tiled", "warp_optimized"):
+        ept = min(cfg.tile_size or (32 if f32 else 16), MAX_EPT[np.dtype(dtype).itemsize])
         bt = cfg.block_size or 256
+        if cfg.kernel_type == "warp_optimized" and lv <= 32 * (MAX_EPT[np.dtype(dtype).itemsize] // vec):
+            nv = -(-lv // 32)
+            return RowPlan("rows", vec, nv, 32, max(1, bt // 32), 1, 1, _occupancy(dtype, vec, nv * vec))
         return _plan(dtype, lv, vec, ept, bt, bt if (cfg.block_size or cluster_ok) else 1024, cluster_ok)
     short = _plan(dtype, lv, vec, 8, 256, 256, False)
     if short.kind == "rows":
         return short
+    long_epts, long_block = long_rows.epts, long_rows.block
     for bt in dict.fromkeys((256, long_block)):
         for ept in long_epts:
             p = _plan(dtype, lv, vec, ept, bt, bt, False)
             if p.kind == "rows":
                 return p
     if cluster_ok:
+        stream = long_rows.stream if rows >= target.sm_count else ()
         for max_len, threads, k, nv, copy_async in stream:
             if length <= max_len:
-                p = plan_stream(dtype, lv, vec, threads, k, nv, copy_async=copy_async)
+                p = plan_stream(dtype, target, lv, vec, threads, k, nv, copy_async=copy_async)
                 if p is not None:
                     return p
                 break
@@ -133,10 +197,9 @@ def plan_rows(dtype: np.dtype, cfg: ConfigSnapshot, length: int, vec: int, clust
 def _plan(dtype: np.dtype, lv: int, vec: int, ept: int, bt: int, tmax: int, cluster_ok: bool) -> RowPlan:
     """One layout: rows of lv vectors, at most ept elements per thread, bt threads per block, rows of
     up to tmax threads in one block, else a cluster (if allowed), else split."""
-    itemsize = np.dtype(dtype).itemsize
     nv_cap = max(1, ept // vec)
     need = -(-lv // nv_cap)
-    occ = 1024 if (vec > 1 and (ept * itemsize <= 64 or (itemsize == 4 and ept <= 32))) else 512
+    occ = _occupancy(dtype, vec, ept)
     if need <= tmax:
         tpr = max(4, next_pow2(need))
         nv = -(-lv // tpr)
@@ -152,37 +215,28 @@ def _plan(dtype: np.dtype, lv: int, vec: int, ept: int, bt: int, tmax: int, clus
     return RowPlan("split", vec, nv_cap, bt, 1, 1, chunks, occ)
 
 
-def plan_stream(dtype: np.dtype, lv: int, vec: int, threads: int, k: int, nv: int = STREAM_STEP,
-                stash: bool = True, l2_per_sm: int = L2_PER_SM, copy_async: bool = False) -> RowPlan | None:
+def _occupancy(dtype: np.dtype, vec: int, ept: int) -> int:
+    """Threads per SM that __launch_bounds__ promises for rows of up to `ept` elements per thread."""
+    itemsize = np.dtype(dtype).itemsize
+    if ept > 64:
+        return 256   # 128 floats per thread need up to 255 registers, else the row spills
+    return 1024 if (vec > 1 and (ept * itemsize <= 64 or (itemsize == 4 and ept <= 32))) else 512
+
+
+def plan_stream(dtype: np.dtype, target: Target, lv: int, vec: int, threads: int, k: int, nv: int = STREAM_STEP,
+                stash: bool = True, l2_budget: int | None = None, copy_async: bool = False) -> RowPlan | None:
     """Stream kernel for rows of lv vectors: `threads` per block, k blocks per SM, nv vectors in
-    flight per thread, the row's head in
-    shared memory (as much as k blocks per SM leave room for, a multiple of `threads` vectors; none
-    when stash is False). None when the rest, re-read from L2 by k rows per SM, exceeds l2_per_sm."""
+    flight per thread, the row's head in shared memory (as much as k blocks per SM leave room for
+    on `target`, a multiple of `threads` vectors; none when stash is False). None when the rest,
+    re-read from L2 by k rows per SM, exceeds `l2_budget` (None: l2_per_sm(target))."""
     vbytes = vec * np.dtype(dtype).itemsize
-    room = min(SMEM_PER_BLOCK - SMEM_STATIC, SMEM_PER_SM // k - SMEM_STATIC) if stash else 0
-    sv = min(lv, room // vbytes) // threads * threads
-    if k * (lv - sv) * vbytes > l2_per_sm:
+    room = min(target.smem_per_block - SMEM_STATIC, target.smem_per_sm // k - SMEM_STATIC) if stash else 0
+    sv = min(lv, max(0, room) // vbytes) // threads * threads
+    if k * (lv - sv) * vbytes > (l2_per_sm(target) if l2_budget is None else l2_budget):
         return None
     return RowPlan("stream", vec, nv, threads, 1, 1, 1, threads * k, sv, copy_async and sv > 0)
 
 
-def prefer_shared_memory(launch) -> None:
-    """Ask for the largest shared-memory carveout for a stream kernel's function, so that its k blocks
-    per SM (each with its stash) fit; the driver's default (no preference) may pick a smaller one."""
-    from .. import driver
-    from ..errors import check
-    drv = driver._driver()
-    check(drv.cuFuncSetAttribute(launch.function.handle,
-                                 drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100),
-          "cuFuncSetAttribute")
-
-
-def cluster_available() -> bool:
-    """Thread-block clusters need compute capability 9.0 or newer."""
-    from .. import driver
-    return driver.get_device().major >= 9
-
-
-def sm_count() -> int:
-    from .. import driver
-    return driver.get_device().sm_count
+def row_grid(layout: RowPlan, rows: int) -> int:
+    """Blocks of a 'rows' kernel: a block (or cluster) per RPB rows, at most 2**31 - 1 blocks in all."""
+    return min(-(-rows // layout.rpb), (2 ** 31 - 1) // layout.cl) * layout.cl

@@ -1,19 +1,36 @@
 """FlattenFloat / ViewFloat (and Double): reshaping copies into a caller-supplied output.
 
-Flatten copies x into y, whose shape must be x's shape with dims start_dim..end_dim merged
-(the streaming copy kernel of elementwise.py). View copies the sub-block of x that starts at
-`offset` and has `shape` into y (templates/copy_view.cu.jinja); it raises when the block leaves x.
+Flatten copies x into y, whose shape must be x's shape with dims start_dim..end_dim merged: the
+streaming copy of elementwise.py (its docstring maps the JITConfig fields). View copies the
+sub-block of x that starts at `offset` and has `shape` into y (templates/copy_view.cu.jinja, the
+family below); it raises when the block leaves x. How each JITConfig field changes View:
+
+    kernel_type               "simple": scalar accesses; every other kind ("auto", "tiled",
+                              "warp_optimized", "tensor_core"): 16-byte accesses where the runs,
+                              strides and pointers line up
+    block_size                threads per block (0: 256)
+    enable_memory_coalescing  16-byte accesses (where possible) vs scalar accesses
+    tile_size, enable_loop_unroll, enable_shared_memory_opt, enable_tensor_core, enable_tma
+                              ignored: each thread moves one access per grid-stride step, with
+                              nothing to unroll, stage in shared memory or hand to other units
+optimization_level and max_registers reach NVRTC. The grid is persistent: the target's SMs x
+resident blocks.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
+from .. import kernels
+from ..config import ConfigSnapshot
+from ..plan import Family, KernelLaunch, Plan, i64, ptr
+from ..target import Target
 from ..tensor import Tensor
-from .base import Operator, dtype_tag, scalar_t
-from .elementwise import Elementwise, persistent_grid, vector_width
+from . import elementwise
+from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
 
 VIEW_TEMPLATE = "copy_view.cu.jinja"
 VIEW_THREADS = 256
@@ -34,47 +51,112 @@ def flattened_shape(shape: Sequence[int], start_dim: int = 1, end_dim: int = -1)
     return tuple(shape[:s]) + (math.prod(shape[s:e + 1]),) + tuple(shape[e + 1:])
 
 
-class Flatten(Elementwise):
-    """y = x with dims start_dim..end_dim merged (a copy into y)."""
+class Flatten(Operator):
+    """y = x with dims start_dim..end_dim merged (a copy into y): `forward(x, y, start_dim=1, end_dim=-1)`."""
 
-    def forward(self, x: Tensor, y: Tensor, start_dim: int = 1, end_dim: int = -1) -> Tensor:
-        """Copy x into y; y must have x's flattened shape; returns y."""
-        try:
-            key = (x.shape, y.shape, start_dim, end_dim, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15)
-        except AttributeError:
-            key = None
-        launch = self._launches.get(key)
-        if launch is None:
-            self._check("x", x)
-            self._check("y", y)
-            want = flattened_shape(x.shape, start_dim, end_dim)
-            if tuple(y.shape) != want:
-                raise ValueError(f"{type(self).__name__}: y has shape {list(y.shape)}, expected {list(want)} "
-                                 f"(x of shape {list(x.shape)} flattened from dim {start_dim} to {end_dim})")
-            if x.size == 0:
-                return y
-            launch = self._launches[key] = self._map_launch("copy", x, y)
-        launch(x.ptr, y.ptr)
-        return y
+    family = elementwise.family("copy")
+
+    def _bind(self, x: Tensor, y: Tensor, start_dim: int = 1, end_dim: int = -1) -> tuple:
+        key = (x.shape, y.shape, start_dim, end_dim, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15)
+        return key, (x.ptr, y.ptr), y
+
+    def _problem(self, x: Tensor, y: Tensor, start_dim: int = 1, end_dim: int = -1
+                 ) -> elementwise.MapProblem | None:
+        self._check("x", x)
+        self._check("y", y)
+        want = flattened_shape(x.shape, start_dim, end_dim)
+        if tuple(y.shape) != want:
+            raise ValueError(f"{type(self).__name__}: y has shape {list(y.shape)}, expected {list(want)} "
+                             f"(x of shape {list(x.shape)} flattened from dim {start_dim} to {end_dim})")
+        if x.size == 0:
+            return None
+        return elementwise.MapProblem("copy", self.dtype.name, x.size, ((x.ptr | y.ptr) & 15) == 0)
 
     def work(self, x: Tensor, *args: Any, **kwargs: Any) -> tuple[float, float]:
         return 0.0, 2.0 * x.size * self.dtype.itemsize
 
-    def specs(self) -> list:
-        return self._map_specs("copy")
+
+# --- the view family ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ViewProblem:
+    """Copy `total` scalars: runs of `run` contiguous scalars of x from scalar `base`, the run index
+    decomposed over `outer` ((size, x stride in scalars) per outer dimension); `aligned`: both pointers."""
+    dtype: str
+    total: int
+    run: int
+    base: int
+    outer: tuple[tuple[int, int], ...]
+    aligned: bool
 
 
-def view_kernel(dtype: np.dtype, cfg, nout: int, vec: int) -> tuple[str, str, dict]:
-    threads = cfg.block_size or VIEW_THREADS
-    params = {"scalar_t": scalar_t(dtype), "unroll": bool(cfg.enable_loop_unroll), "THREADS": threads,
-              "VEC": vec, "NOUT": nout}
-    return VIEW_TEMPLATE, f"view_{dtype_tag(dtype)}_b{threads}_v{vec}_d{nout}", params
+@dataclass(frozen=True)
+class ViewChoice:
+    """Threads per block and scalars per access."""
+    threads: int
+    vec: int
+    opts: kernels.CompileOpts = kernels.DEFAULT_OPTS
+
+    @property
+    def label(self) -> str:
+        return f"b{self.threads}_v{self.vec}"
+
+
+def view_problem(dtype: np.dtype, xshape: Sequence[int], offset: Sequence[int], shape: Sequence[int],
+                 aligned: bool) -> ViewProblem:
+    """The runs of the block of x (shape `xshape`) at `offset` with `shape`; the trailing dims the view
+    keeps whole fold into the run."""
+    nd = len(xshape)
+    strides = [math.prod(xshape[d + 1:]) for d in range(nd)]
+    base = sum(o * s for o, s in zip(offset, strides))
+    k = nd - 1
+    while k > 0 and shape[k] == xshape[k]:
+        k -= 1
+    run = math.prod(shape[k:]) if nd else 1
+    outer = tuple((shape[d], strides[d]) for d in range(k) if shape[d] != 1)
+    return ViewProblem(np.dtype(dtype).name, math.prod(shape), run, base, outer, aligned)
+
+
+def view_choices(problem: ViewProblem, cfg: ConfigSnapshot, target: Target) -> list[ViewChoice]:
+    """The one kernel shape `cfg` names: 16-byte accesses when everything lines up and cfg allows them."""
+    vec = vector_width(np.dtype(problem.dtype))
+    wide = (cfg.kernel_type != "simple" and cfg.enable_memory_coalescing and problem.aligned
+            and problem.run % vec == 0 and problem.base % vec == 0 and all(s % vec == 0 for _, s in problem.outer))
+    return [ViewChoice(cfg.block_size or VIEW_THREADS, vec if wide else 1, kernels.compile_opts(cfg))]
+
+
+def view_plan(problem: ViewProblem, choice: ViewChoice, target: Target) -> Plan:
+    """One launch: x = operand 0, y = operand 1."""
+    dtype = np.dtype(problem.dtype)
+    nout, vec, threads = len(problem.outer), choice.vec, choice.threads
+    params = {"scalar_t": scalar_t(dtype), "unroll": True, "THREADS": threads, "VEC": vec, "NOUT": nout}
+    spec = kernels.make_spec(VIEW_TEMPLATE, "view_copy", f"view_{dtype_tag(dtype)}_b{threads}_v{vec}_d{nout}",
+                             params, choice.opts)
+    total = problem.total // vec
+    grid = elementwise.persistent_grid(cdiv(total, threads), threads, target)
+    args = [ptr(0), ptr(1), i64(total), i64(problem.run // vec), i64(problem.base)]
+    for size, stride in problem.outer:
+        args += [i64(size), i64(stride)]
+    return Plan((KernelLaunch(spec, (grid,), (threads,), args),), ("x", "y"), choice=choice.label)
+
+
+def view_problems() -> list[ViewProblem]:
+    """A whole-tensor copy, a channel block of NCHW (one outer dim) and an odd 3-D block, both dtypes."""
+    cases = (((32, 64, 56, 56), (0, 0, 0, 0), (32, 64, 56, 56), True),
+             ((4, 6, 8, 8), (1, 2, 0, 0), (2, 3, 8, 8), True),
+             ((2, 1, 33, 7, 5), (1, 0, 4, 2, 1), (1, 1, 20, 5, 4), False))
+    return [view_problem(np.dtype(dt), xs, off, shape, aligned) for dt in ("float32", "float64")
+            for xs, off, shape, aligned in cases]
+
+
+VIEW = Family("view", view_choices, view_plan, view_problems)
 
 
 class View(Operator):
-    """y = x[offset[0]:offset[0]+shape[0], ...]; `set_offset` / `set_shape` give defaults for forward."""
+    """`forward(x, y, offset=None, shape=None)`: y = x[offset[0]:offset[0]+shape[0], ...]; returns y.
 
-    uses_shared_memory = False
+    offset defaults to `set_offset`'s, else zeros; shape to `set_shape`'s, else y's shape."""
+
+    family = VIEW
 
     def __init__(self) -> None:
         super().__init__()
@@ -87,30 +169,24 @@ class View(Operator):
     def set_shape(self, shape: Sequence[int]) -> None:
         self._shape = tuple(int(s) for s in shape)
 
-    def forward(self, x: Tensor, y: Tensor, offset: Sequence[int] | None = None,
-                shape: Sequence[int] | None = None) -> Tensor:
-        """Copy the block of x at `offset` (default: set_offset, else zeros) with `shape` (default:
-        set_shape, else y's shape) into y; returns y."""
-        offset = self._offset if offset is None else tuple(int(o) for o in offset)
-        shape = self._shape if shape is None else tuple(int(s) for s in shape)
-        try:
-            shape = tuple(y.shape) if shape is None else shape
-            offset = (0,) * len(x.shape) if offset is None else offset
-            key = (x.shape, y.shape, offset, shape, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15)
-        except AttributeError:
-            key = None
-        launch = self._launches.get(key)
-        if launch is None:
-            self._check("x", x)
-            self._check("y", y)
-            self._check_view(x, y, offset, shape)
-            if y.size == 0:
-                return y
-            launch = self._launches[key] = self._make_launch(x, y, offset, shape)
-        launch(x.ptr, y.ptr)
-        return y
+    def _resolve(self, x: Tensor, y: Tensor, offset: Sequence[int] | None, shape: Sequence[int] | None
+                 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(offset, shape) of this call: the arguments, else set_offset / set_shape, else zeros / y's shape."""
+        offset = self._offset if offset is None else tuple(map(int, offset))
+        shape = self._shape if shape is None else tuple(map(int, shape))
+        return (tuple([0] * x.ndim) if offset is None else offset), (tuple(y.shape) if shape is None else shape)
 
-    def _check_view(self, x: Tensor, y: Tensor, offset: tuple, shape: tuple) -> None:
+    def _bind(self, x: Tensor, y: Tensor, offset: Sequence[int] | None = None,
+              shape: Sequence[int] | None = None) -> tuple:
+        offset, shape = self._resolve(x, y, offset, shape)
+        key = (x.shape, y.shape, offset, shape, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15)
+        return key, (x.ptr, y.ptr), y
+
+    def _problem(self, x: Tensor, y: Tensor, offset: Sequence[int] | None = None,
+                 shape: Sequence[int] | None = None) -> ViewProblem | None:
+        self._check("x", x)
+        self._check("y", y)
+        offset, shape = self._resolve(x, y, offset, shape)
         name = type(self).__name__
         if len(offset) != x.ndim or len(shape) != x.ndim:
             raise ValueError(f"{name}: offset {list(offset)} and shape {list(shape)} must each have {x.ndim} "
@@ -123,39 +199,12 @@ class View(Operator):
                                  f"shape {list(x.shape)} along dim {d} ({o} + {s} > {n})")
         if tuple(y.shape) != tuple(shape):
             raise ValueError(f"{name}: y has shape {list(y.shape)}, expected the view's shape {list(shape)}")
-
-    def _make_launch(self, x: Tensor, y: Tensor, offset: tuple, shape: tuple):
-        nd = x.ndim
-        strides = [math.prod(x.shape[d + 1:]) for d in range(nd)]
-        base = sum(o * s for o, s in zip(offset, strides))
-        k = nd - 1  # dims after k are kept whole, so they fold into the run
-        while k > 0 and shape[k] == x.shape[k]:
-            k -= 1
-        run = math.prod(shape[k:]) if nd else 1
-        outer = [(shape[d], strides[d]) for d in range(k) if shape[d] != 1]
-        vec = vector_width(self.dtype)
-        if not (self._config.enable_memory_coalescing and run % vec == 0 and base % vec == 0
-                and all(s % vec == 0 for _, s in outer) and ((x.ptr | y.ptr) & 15) == 0):
-            vec = 1
-        template, name, params = view_kernel(self.dtype, self._config, len(outer), vec)
-        threads = params["THREADS"]
-        total = y.size // vec
-        grid = persistent_grid(-(-total // threads), threads)
-        args = [("ptr", x.ptr), ("ptr", y.ptr), ("i64", total), ("i64", run // vec), ("i64", base)]
-        for size, stride in outer:
-            args += [("i64", size), ("i64", stride)]
-        return self._prepare(self._spec(template, "view_copy", name, params), (grid, 1, 1), (threads, 1, 1), 0, args)
+        if y.size == 0:
+            return None
+        return view_problem(self.dtype, x.shape, offset, shape, ((x.ptr | y.ptr) & 15) == 0)
 
     def work(self, x: Tensor, y: Tensor, *args: Any, **kwargs: Any) -> tuple[float, float]:
         return 0.0, 2.0 * y.size * self.dtype.itemsize
-
-    def specs(self) -> list:
-        out = []
-        wide = vector_width(self.dtype) if self._config.enable_memory_coalescing else 1
-        for nout, vec in ((0, wide), (1, wide), (3, 1)):
-            template, name, params = view_kernel(self.dtype, self._config, nout, vec)
-            out.append(self._spec(template, "view_copy", name, params))
-        return out
 
 
 class FlattenFloat(Flatten):

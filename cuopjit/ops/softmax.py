@@ -1,27 +1,37 @@
 """SoftmaxFloat / SoftmaxDouble: y = softmax(x) along any axis (numerically stable: x - max first).
 
-Kernels (templates/softmax.cu.jinja; the JITConfig mapping is in rows.py):
+Kernels (templates/softmax.cu.jinja; the JITConfig mapping of the last-axis kernels is in rows.py):
   last axis       one block (or a few threads, for short rows) per row with the row in registers:
-                  one read of x, one write of y. Rows longer than a block (sm_90): the stream
-                  kernel (one block per row; head of the row stashed in shared memory, the rest
-                  re-read from L2: still one HBM read) or a cluster of up to 8 blocks per row
-                  (distributed shared memory), whichever rows.py's table says; longer still, or
-                  without clusters: split-row (partial (max, sum) per chunk, then a
-                  combine-and-write kernel).
+                  one read of x, one write of y. Rows longer than a block (targets with clusters):
+                  the stream kernel (one block per row; head of the row stashed in shared memory,
+                  the rest re-read from L2: still one HBM read) or a cluster of up to 8 blocks per
+                  row (distributed shared memory), whichever STREAM says; longer still, or
+                  without clusters: split-row (partial (max, sum) per chunk in the plan's
+                  workspace, then a combine-and-write kernel).
   other axes      x viewed as outer x A x inner, reduced along A in place (no transpose):
                   threads run over the outer*inner columns, so every load is coalesced.
+                  JITConfig: tile_size = elements of a column each thread holds in registers
+                  (0: 16; a column longer than 32 threads' worth is streamed twice instead),
+                  block_size = threads per block (0: 256), enable_loop_unroll as for rows;
+                  kernel_type, enable_memory_coalescing (the accesses are scalar and coalesced
+                  across columns), enable_shared_memory_opt, enable_tensor_core and enable_tma
+                  change nothing here.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from ..tensor import Tensor, empty
-from .base import Operator, dtype_tag, scalar_t
-from .rows import (BLOCK_SIZES, TILE_SIZES, RowPlan, cluster_available, next_pow2, plan_rows, prefer_shared_memory,
-                   sm_count, vector_width)
+from .. import kernels
+from ..config import ConfigSnapshot
+from ..plan import Family, KernelLaunch, Plan, i32, i64, ptr
+from ..target import Target
+from ..tensor import Tensor
+from . import rows
+from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
 
 TEMPLATE = "softmax.cu.jinja"
 # Stream-kernel table per itemsize (rows.plan_rows): (max row length, threads, blocks per SM, vectors in
@@ -30,30 +40,135 @@ TEMPLATE = "softmax.cu.jinja"
 STREAM = {4: ((32768, 1024, 1, 2, True),), 8: ((8192, 256, 3, 4, True), (32768, 1024, 1, 2, True))}
 
 
+@dataclass(frozen=True)
+class SoftmaxProblem:
+    """softmax over axis length `length` of x viewed as outer x length x inner; `aligned`: last axis
+    (inner == 1) with 16-byte aligned x and y and a length that is a multiple of the vector width."""
+    dtype: str
+    outer: int
+    length: int
+    inner: int
+    aligned: bool
+
+
+@dataclass(frozen=True)
+class StridedChoice:
+    """A non-last axis: TX columns per block, TY threads along the axis, NA elements each (0: streamed)."""
+    tx: int
+    ty: int
+    na: int
+    unroll: bool = True
+    opts: kernels.CompileOpts = kernels.DEFAULT_OPTS
+
+    @property
+    def label(self) -> str:
+        return f"strided_x{self.tx}y{self.ty}a{self.na}" + ("" if self.unroll else "_nounroll")
+
+
+def long_rows(dtype: np.dtype) -> rows.LongRows:
+    """Automatic layout of rows longer than one block (measured on H100, benchmarks/NOTES.md 5B/5C):
+    float64 prefers 8 elements per thread and a cluster over 16 per thread (its exp is the costly
+    part); the stream kernel's (max length, threads, blocks per SM, vectors in flight) where it
+    measured faster, and only with a row per block for every SM (fewer rows: clusters)."""
+    epts = (32,) if np.dtype(dtype) == np.float32 else (8, 16)
+    return rows.LongRows(epts, 256, STREAM[np.dtype(dtype).itemsize])
+
+
+def strided_geometry(a: int, cfg: ConfigSnapshot) -> tuple[int, int, int]:
+    """(TX, TY, NA): columns per block, threads along the axis, elements per thread (0: streamed)."""
+    cap = cfg.tile_size or 16
+    bt = cfg.block_size or 256
+    ty = rows.next_pow2(cdiv(a, cap))
+    if ty <= 32:
+        na = cdiv(a, ty)
+    else:
+        ty, na = 8, 0
+    tx = max(32, bt // ty)
+    while tx * ty > 1024:
+        tx //= 2
+    return tx, ty, na
+
+
+def choices(problem: SoftmaxProblem, cfg: ConfigSnapshot, target: Target) -> list:
+    """The one kernel `cfg` names: a row kernel for the last axis, else the strided kernel."""
+    dtype = np.dtype(problem.dtype)
+    if problem.inner == 1:
+        return [rows.choose(dtype, cfg, target, problem.outer, problem.length, problem.aligned, long_rows(dtype))]
+    rows.check_config(cfg)
+    return [StridedChoice(*strided_geometry(problem.length, cfg), cfg.enable_loop_unroll, kernels.compile_opts(cfg))]
+
+
+def _spec(dtype: np.dtype, kind: str, choice: Any, params: dict, tag: str) -> kernels.KernelSpec:
+    params = {"kind": kind, "scalar_t": scalar_t(dtype), "unroll": choice.unroll, **params}
+    name = f"softmax_{kind}_{dtype_tag(dtype)}_{tag}" + ("" if choice.unroll else "_nounroll")
+    return kernels.make_spec(TEMPLATE, f"softmax_{kind}", name, params, choice.opts)
+
+
+def _row_spec(dtype: np.dtype, kind: str, choice: rows.RowChoice) -> kernels.KernelSpec:
+    layout = choice.layout
+    params = layout.params()
+    if dtype == np.float64 and (layout.cl > 1 or layout.kind == "stream"):
+        params["exp_poly"] = 1   # where exp is the limit (clusters, stream): +5% on H100 (NOTES.md 5B v2)
+    return _spec(dtype, kind, choice, params, layout.tag())
+
+
+def plan(problem: SoftmaxProblem, choice: Any, target: Target) -> Plan:
+    """x = operand 0, y = operand 1; the split-row path's partial results are the workspace."""
+    dtype = np.dtype(problem.dtype)
+    units = "FP32 cores" if dtype == np.float32 else "FP64 cores"
+    n_rows, length = problem.outer, problem.length
+    if isinstance(choice, StridedChoice):
+        cols = problem.outer * problem.inner
+        spec = _spec(dtype, "strided", choice, {"TX": choice.tx, "TY": choice.ty, "NA": choice.na},
+                     f"x{choice.tx}y{choice.ty}a{choice.na}")
+        launch = KernelLaunch(spec, (min(cdiv(cols, choice.tx), 2 ** 31 - 1),), (choice.tx, choice.ty),
+                              (ptr(0), ptr(1), i64(cols), i64(problem.inner), i32(length)), units=units)
+        return Plan((launch,), ("x", "y"), choice=choice.label)
+    layout = choice.layout
+    if layout.kind == "stream":
+        launch = KernelLaunch(_row_spec(dtype, "stream", choice), (min(n_rows, 2 ** 31 - 1),), (layout.threads,),
+                              (ptr(0), ptr(1), i64(n_rows), i32(length), i32(layout.stash)),
+                              shared=layout.stash_bytes(dtype), units=units, max_carveout=True)
+        return Plan((launch,), ("x", "y"), choice=choice.label)
+    if layout.kind == "rows":
+        launch = KernelLaunch(_row_spec(dtype, "rows", choice), (rows.row_grid(layout, n_rows),), (layout.threads,),
+                              (ptr(0), ptr(1), i64(n_rows), i32(length)), cluster=(layout.cl, 1, 1), units=units)
+        return Plan((launch,), ("x", "y"), choice=choice.label)
+    blocks = n_rows * layout.chunks
+    if blocks >= 2 ** 31:
+        raise ValueError(f"Softmax: {n_rows} rows of {length} need too many blocks")
+    part = KernelLaunch(_row_spec(dtype, "partials", choice), (blocks,), (layout.threads,),
+                        (ptr(0), ptr(2), i64(n_rows), i32(length), i32(layout.chunks)), units=units)
+    apply = KernelLaunch(_row_spec(dtype, "apply", choice), (blocks,), (layout.threads,),
+                         (ptr(0), ptr(1), ptr(2), i64(n_rows), i32(length), i32(layout.chunks)), units=units)
+    return Plan((part, apply), ("x", "y"), workspace=blocks * 2 * dtype.itemsize, choice=choice.label)
+
+
+def problems() -> list[SoftmaxProblem]:
+    """Row-length buckets of the last axis (aligned and not; many rows: stream kernels, few: clusters,
+    a million: split-row) and non-last axes (registers and streamed), both dtypes."""
+    out = []
+    for dt in ("float32", "float64"):
+        out += [SoftmaxProblem(dt, n, length, 1, aligned) for n, length, aligned in (
+            (4096, 128, True), (4096, 1024, True), (1024, 8192, True), (1024, 32768, True), (8, 32768, True),
+            (4096, 1000, False), (4096, 7, False), (16, 1 << 20, True))]
+        out += [SoftmaxProblem(dt, 32, a, 33, False) for a in (7, 64, 4097)]
+    return out
+
+
+FAMILY = Family("softmax", choices, plan, problems)
+
+
 class Softmax(Operator):
-    """`forward(x, y, axis=-1)` writes softmax(x) along `axis` into y (same shape)."""
+    """`forward(x, y, axis=-1)` writes softmax(x) along `axis` into y (same shape); returns y."""
 
-    family = "softmax"
-    exp_poly = False  # float64: the polynomial exp of softmax.cu.jinja everywhere (cluster kernels always use it)
-    tile_sizes = TILE_SIZES
-    block_sizes = BLOCK_SIZES
+    family = FAMILY
 
-    def forward(self, x: Tensor, y: Tensor, axis: int = -1) -> Tensor:
-        try:
-            key = (x.shape, y.shape, x.dtype, y.dtype, x.device, axis, (x.ptr | y.ptr) & 15)
-            hash(key)
-        except (AttributeError, TypeError):
-            key = None
-        run = self._launches.get(key)
-        if run is None:
-            run = self._plan(x, y, axis)
-            self._launches[key] = run
-        run(x, y)
-        return y
+    def _bind(self, x: Tensor, y: Tensor, axis: int = -1) -> tuple:
+        return ((x.shape, y.shape, x.dtype, y.dtype, x.device, y.device, axis, (x.ptr | y.ptr) & 15),
+                (x.ptr, y.ptr), y)
 
-    # --- planning (first call per shape) ---------------------------------------------------
-    def _dims(self, x: Tensor, y: Tensor, axis: Any) -> tuple[int, int, int]:
-        """(outer, A, inner) of x around `axis`, after checking both operands."""
+    def _problem(self, x: Tensor, y: Tensor, axis: Any = -1) -> SoftmaxProblem | None:
         name = type(self).__name__
         self._check("x", x)
         self._check("y", y)
@@ -65,118 +180,17 @@ class Softmax(Operator):
             raise ValueError(f"{name}: axis={axis!r} is out of range for x of shape {list(x.shape)} "
                              f"(allowed {-x.ndim}..{x.ndim - 1})")
         axis = int(axis) % x.ndim
-        return math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
-
-    def _plan(self, x: Tensor, y: Tensor, axis: Any) -> Callable[[Tensor, Tensor], None]:
-        outer, a, inner = self._dims(x, y, axis)
+        outer, a, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
         if x.size == 0:
-            return _noop
+            return None
         if a >= 2 ** 31:
-            raise ValueError(f"{type(self).__name__}: axis length {a} is over 2**31 - 1")
-        if inner == 1:
-            aligned = ((x.ptr | y.ptr) & 15) == 0 and a % (16 // self.dtype.itemsize) == 0
-            plan = plan_rows(self.dtype, self._config, a, vector_width(self.dtype, self._config, aligned),
-                             cluster_available(), **self._long_rows(outer))
-            return self._rows_launch(x, y, outer, a, plan)
-        return self._strided_launch(x, y, outer, a, inner)
+            raise ValueError(f"{name}: axis length {a} is over 2**31 - 1")
+        aligned = inner == 1 and ((x.ptr | y.ptr) & 15) == 0 and a % vector_width(self.dtype) == 0
+        return SoftmaxProblem(self.dtype.name, outer, a, inner, aligned)
 
-    def _rows_launch(self, x: Tensor, y: Tensor, rows: int, length: int, plan: RowPlan):
-        if plan.kind == "stream":
-            launch = self._prepare(self._rows_spec("stream", plan), (min(rows, 2 ** 31 - 1),), (plan.threads,),
-                                   plan.stash_bytes(self.dtype),
-                                   [("ptr", x.ptr), ("ptr", y.ptr), ("i64", rows), ("i32", length),
-                                    ("i32", plan.stash)])
-            prefer_shared_memory(launch)
-            return lambda x, y: launch(x.ptr, y.ptr)
-        if plan.kind == "rows":
-            spec = self._rows_spec("rows", plan)
-            grid = min(-(-rows // plan.rpb), (2 ** 31 - 1) // plan.cl) * plan.cl
-            launch = self._prepare(spec, (grid,), (plan.threads,), 0,
-                                   [("ptr", x.ptr), ("ptr", y.ptr), ("i64", rows), ("i32", length)])
-            return lambda x, y: launch(x.ptr, y.ptr)
-        ws = empty([rows * plan.chunks * 2], self.dtype)
-        blocks = rows * plan.chunks
-        if blocks >= 2 ** 31:
-            raise ValueError(f"{type(self).__name__}: {rows} rows of {length} need too many blocks")
-        part = self._prepare(self._rows_spec("partials", plan), (blocks,), (plan.threads,), 0,
-                             [("ptr", x.ptr), ("ptr", ws.ptr), ("i64", rows), ("i32", length),
-                              ("i32", plan.chunks)])
-        apply = self._prepare(self._rows_spec("apply", plan), (blocks,), (plan.threads,), 0,
-                              [("ptr", x.ptr), ("ptr", y.ptr), ("ptr", ws.ptr), ("i64", rows),
-                               ("i32", length), ("i32", plan.chunks)])
-
-        def run(x: Tensor, y: Tensor, ws: Tensor = ws) -> None:
-            part(x.ptr)
-            apply(x.ptr, y.ptr)
-        return run
-
-    def _long_rows(self, rows: int | None = None) -> dict:
-        """Automatic layout of rows longer than one block (measured on H100, benchmarks/NOTES.md 5B/5C):
-        float64 prefers 8 elements per thread and a cluster over 16 per thread (its exp is the costly
-        part); the stream kernel's (max length, threads, blocks per SM, vectors in flight) where it
-        measured faster, and only with a row per block for every SM (fewer rows: clusters)."""
-        out = {"long_epts": (32,)} if self.dtype == np.float32 else {"long_epts": (8, 16)}
-        if rows is None or rows >= sm_count():
-            out["stream"] = STREAM[self.dtype.itemsize]
-        return out
-
-    def _rows_spec(self, kind: str, plan: RowPlan):
-        params = {"kind": kind, "scalar_t": scalar_t(self.dtype), "unroll": self._config.enable_loop_unroll,
-                  **plan.params()}
-        if self.dtype == np.float64 and (self.exp_poly or plan.cl > 1 or plan.kind == "stream"):
-            params["exp_poly"] = 1
-        return self._spec(TEMPLATE, f"softmax_{kind}", f"softmax_{kind}_{dtype_tag(self.dtype)}_{plan.tag()}", params)
-
-    def _strided_geometry(self, a: int) -> tuple[int, int, int]:
-        """(TX, TY, NA): columns per block, threads along the axis, elements per thread (0: streamed)."""
-        cap = self._config.tile_size or 16
-        bt = self._config.block_size or 256
-        ty = next_pow2(-(-a // cap))
-        if ty <= 32:
-            na = -(-a // ty)
-        else:
-            ty, na = 8, 0
-        tx = max(32, bt // ty)
-        while tx * ty > 1024:
-            tx //= 2
-        return tx, ty, na
-
-    def _strided_spec(self, a: int):
-        tx, ty, na = self._strided_geometry(a)
-        params = {"kind": "strided", "scalar_t": scalar_t(self.dtype), "unroll": self._config.enable_loop_unroll,
-                  "TX": tx, "TY": ty, "NA": na}
-        return self._spec(TEMPLATE, "softmax_strided",
-                          f"softmax_strided_{dtype_tag(self.dtype)}_x{tx}y{ty}a{na}", params), tx, ty
-
-    def _strided_launch(self, x: Tensor, y: Tensor, outer: int, a: int, inner: int):
-        spec, tx, ty = self._strided_spec(a)
-        cols = outer * inner
-        grid = min(-(-cols // tx), 2 ** 31 - 1)
-        launch = self._prepare(spec, (grid,), (tx, ty), 0,
-                               [("ptr", x.ptr), ("ptr", y.ptr), ("i64", cols), ("i64", inner), ("i32", a)])
-        return lambda x, y: launch(x.ptr, y.ptr)
-
-    # --- figures and prewarm ---------------------------------------------------------------
     def work(self, x: Tensor, y: Tensor, axis: int = -1) -> tuple[float, float]:
         """~5 flops per element (max, subtract, exp, sum, scale); x read once, y written once."""
         return 5.0 * x.size, 2.0 * x.size * self.dtype.itemsize
-
-    def specs(self) -> list:
-        """Row-length buckets of the last-axis kernels (aligned and not), the cluster and split-row
-        kernels, and the strided kernels (registers and streamed)."""
-        out = []
-        vec = 16 // self.dtype.itemsize
-        for length, v in ((128, vec), (1024, vec), (8192, vec), (32768, vec), (1000, 1), (7, 1), (1 << 20, vec)):
-            plan = plan_rows(self.dtype, self._config, length, v if self._config.enable_memory_coalescing else 1,
-                             True, **self._long_rows())
-            kinds = (plan.kind,) if plan.kind != "split" else ("partials", "apply")
-            out += [self._rows_spec(k, plan) for k in kinds]
-        out += [self._strided_spec(a)[0] for a in (7, 64, 4097)]
-        return list(dict.fromkeys(out))
-
-
-def _noop(x: Tensor, y: Tensor) -> None:
-    return None
 
 
 class SoftmaxFloat(Softmax):

@@ -1,0 +1,58 @@
+"""Representative plans: what prewarm builds, `show` prints and the prewarm = run test checks.
+
+For each requested operator family, dtype and target, the family plans its representative
+problems under a config, exactly as `forward` would plan them on a GPU of that target.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from .config import ConfigSnapshot, JITConfig
+from .kernels import KernelSpec
+from .ops import FAMILIES
+from .plan import Plan
+from .target import Target, named
+
+DTYPES = ("float32", "float64")
+
+
+@dataclass(frozen=True)
+class PlannedProblem:
+    """One representative problem of a family, planned for one target."""
+    op: str
+    problem: Any
+    target: Target
+    plan: Plan
+
+
+def check_ops(ops: Iterable[str] | None) -> list[str]:
+    """The requested family names (all by default); ValueError names the known ones."""
+    ops = list(ops or FAMILIES)
+    for op in ops:
+        if op not in FAMILIES:
+            raise ValueError(f"unknown op {op!r}: choose from {', '.join(FAMILIES)}")
+    return ops
+
+
+def representative_plans(ops: Iterable[str] | None = None, dtypes: Sequence[str] | None = None,
+                         targets: Iterable[Target | str] = ("sm_90",),
+                         config: ConfigSnapshot | None = None) -> list[PlannedProblem]:
+    """Plans of every representative problem of the requested families, dtypes and targets."""
+    config = config or JITConfig().snapshot()
+    dtypes = tuple(dtypes or DTYPES)
+    targets = [t if isinstance(t, Target) else named(t) for t in targets]
+    out = []
+    for op in check_ops(ops):
+        family = FAMILIES[op][0].family
+        for problem in family.problems():
+            if problem.dtype not in dtypes:
+                continue
+            for target in targets:
+                out.append(PlannedProblem(op, problem, target, family.default_plan(problem, config, target)))
+    return out
+
+
+def kernels_to_build(planned: Iterable[PlannedProblem]) -> list[tuple[KernelSpec, str]]:
+    """The distinct (kernel, architecture) pairs of these plans, in first-use order."""
+    return list(dict.fromkeys((spec, p.target.arch) for p in planned for spec in p.plan.specs))

@@ -15,7 +15,8 @@ def get_device_count() -> int:
 
 
 def get_device() -> int:
-    """The ordinal of the current device."""
+    """The ordinal of the current device; NoDeviceError (saying what works without one) when there is no GPU."""
+    driver.require_device()
     return driver.current_ordinal()
 
 

@@ -9,7 +9,6 @@ synchronize between batches that is not timed; the figure is the median per-call
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -21,6 +20,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import cuopjit  # noqa: E402
 from cuopjit import driver, kernels  # noqa: E402
+from results_io import require_gpu, save_json  # noqa: E402
 
 BATCH = 500
 
@@ -66,6 +66,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=100_000)
     ap.add_argument("--out", default="benchmarks/results/launch.json")
     ns = ap.parse_args()
+    require_gpu("benchmarks/launch.py")
 
     op, args = tiny_op(ns.op)
     op.forward(*args)
@@ -115,9 +116,8 @@ def main() -> None:
             continue
         ratio = f"{us / core:.2f}x" if isinstance(core, float) else "-"
         print(f"{name:<30}{us:>10.2f}{ratio:>14}")
-    os.makedirs(os.path.dirname(ns.out) or ".", exist_ok=True)
-    with open(ns.out, "w") as f:
-        json.dump({"kernel": spec.name, "device": dev.name, "calls": ns.calls, "us_per_call": results}, f, indent=2)
+    save_json(ns.out, {"kernel": spec.name, "device": dev.name, "calls": ns.calls, "us_per_call": results},
+              gpu=True)
 
 
 if __name__ == "__main__":

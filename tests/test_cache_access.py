@@ -62,6 +62,17 @@ def test_cache_path_that_is_a_file_builds_from_memory(tmp_path, caplog):
     assert path.read_text() == "not a directory"
 
 
+def test_cache_path_under_a_file_builds_from_memory(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file")
+    cache = KernelCache(blocker / "cuopjit")
+    with caplog.at_level(logging.WARNING, logger="cuopjit"):
+        assert cache.get_or_build(make_spec(1), lambda: fake_cubin(make_spec(1))) == (fake_cubin(make_spec(1)), False)
+    assert f"cache: {blocker}/cuopjit cannot be a directory: {blocker} is a file; compiled kernels are kept in " \
+           "memory" in caplog.text
+    assert cache.problem() == f"{blocker}/cuopjit cannot be a directory: {blocker} is a file"
+
+
 def test_untrusted_readonly_layer_is_warned_about_once(cache_dir, tmp_path, caplog):
     layer = tmp_path / "shipped"
     KernelCache(layer).get_or_build(make_spec(1), lambda: fake_cubin(make_spec(1)))

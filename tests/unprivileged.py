@@ -81,8 +81,7 @@ class Runner:
 
     @staticmethod
     def deny(path: Path, owner: int = 0, mode: int = 0o700) -> None:
-        """Make the directory `path` unusable by the scenario user: owned by `owner` with `mode` as root,
-        else mode 000 (the owner's own permissions bind every user but root)."""
+        """Make the directory `path` unusable by the scenario user (as root: `owner` and `mode`; else mode 000)."""
         if IS_ROOT:
             os.chown(path, owner, owner)
             path.chmod(mode)

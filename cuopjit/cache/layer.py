@@ -89,8 +89,7 @@ class Layer:
         return self.dir_problem() or (None if self._must_exist else self.write_problem())
 
     def warn_unusable(self) -> None:
-        """Warn once per process, if this layer has a problem: a read-only layer is skipped, a writable one
-        leaves compiled kernels in memory; the warning says why and what fixes it."""
+        """Warn once per process that this layer is skipped (read-only) or leaves kernels in memory, and why."""
         if not (problem := self.problem()):
             return
         if self._must_exist:

@@ -9,7 +9,6 @@ KernelCache.get_or_build's own memory layer). Runs without a GPU; the GPU column
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import statistics
@@ -25,6 +24,9 @@ from cuopjit import codegen, kernels  # noqa: E402
 from cuopjit.cache import EntrySpec, KernelCache  # noqa: E402
 from cuopjit.cache import entry as entry_format  # noqa: E402
 from cuopjit.prewarm import representative_plans  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import save_json  # noqa: E402
 
 
 def _gpu_count() -> int:
@@ -158,10 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {'fresh process, warm cache: first GEMM result':<50} median {statistics.median(first):.1f} ms "
               f"(runs: {', '.join(f'{t:.1f}' for t in first)}){'  ok' if statistics.median(first) <= 100 else '  OVER GOAL'}"
               " (goal ≤ 100 ms after import, context creation excluded)")
-    out = Path(ns.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    print(f"\nwritten to {out}")
+    print()
+    save_json(ns.out, result, gpu=gpus > 0)
     return 0
 
 

@@ -14,13 +14,13 @@ reports ‖out − ref‖/‖ref‖ against a float64 torch product of the same 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import cuopjit  # noqa: E402
 from mb_common import time_ms, to_cuopjit, torch_dtype  # noqa: E402
+from results_io import require_gpu, save_json  # noqa: E402
 
 SQUARE = (1024, 2048, 4096, 8192)
 ODD = ((4097, 4097, 4097), (33, 4097, 1000), (1000, 1000, 1000), (4096, 4096, 1000))
@@ -64,6 +64,7 @@ def main() -> None:
     p.add_argument("--sizes", default=",".join(map(str, SQUARE)), help="square sizes (odd shapes always run)")
     p.add_argument("--out", default="benchmarks/results/gemm.json")
     args = p.parse_args()
+    require_gpu("benchmarks/gemm.py")
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     shapes = [(s, s, s) for s in map(int, args.sizes.split(",")) if s] + list(ODD)
@@ -74,15 +75,13 @@ def main() -> None:
             for m, n, k in shapes:
                 rows.append(case(dtype, kernel, m, n, k))
                 torch.cuda.empty_cache()
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+    save_json(args.out, {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
+              gpu=True)
     print(f"{'dtype':8s} {'kernel':5s} {'M x N x K':>17s} {'cuopjit':>8s} {'torch':>8s} {'ratio':>6s} "
           f"{'rel.err':>8s}  kernel (TFLOP/s; tc float32 vs torch TF32)")
     for r in rows:
         print(f"{r['dtype']:8s} {r['kernel']:5s} {r['m']:>5d}x{r['n']:>5d}x{r['k']:<5d} {r['cuopjit_tflops']:8.2f} "
               f"{r['torch_tflops']:8.2f} {r['ratio']:6.2f} {r['rel_error']:8.1e}  {r['cuopjit_kernel']}")
-    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

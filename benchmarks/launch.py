@@ -11,7 +11,6 @@ Also: the same forward through a JIT wrapper, and a captured graph of 100 forwar
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -23,6 +22,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import cuopjit  # noqa: E402
 from cuopjit import driver, kernels  # noqa: E402
+from results_io import require_gpu, save_json  # noqa: E402
 
 BATCH = 500
 
@@ -82,6 +82,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=100_000)
     ap.add_argument("--out", default=None, help="default: benchmarks/results/launch_<op>.json")
     ns = ap.parse_args()
+    require_gpu("benchmarks/launch.py")
     out_path = ns.out or f"benchmarks/results/launch_{ns.op}.json"
 
     from cuda.core import Device, LaunchConfig, ObjectCode, launch as core_launch
@@ -143,10 +144,8 @@ def main() -> None:
               "JIT wrapper forward / forward": results["cuopjit JIT wrapper forward (stream given)"] / bare}
     for name, r in ratios.items():
         print(f"{name:<44}{r:>10.3f}" if r is not None else f"{name:<44}-")
-    os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
-    with open(out_path, "w") as f:
-        json.dump({"kernel": spec.name, "device": dev.name, "calls": ns.calls, "us_per_call": results,
-                   "ratios": ratios}, f, indent=2)
+    save_json(out_path, {"kernel": spec.name, "device": dev.name, "calls": ns.calls, "us_per_call": results,
+                         "ratios": ratios}, gpu=True)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,13 @@ it times every workload against PyTorch in one process and prints a table.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mb_common import copy_bandwidth, time_ms, to_cuopjit, torch_dtype  # noqa: E402
+from results_io import require_gpu, save_json  # noqa: E402
 
 ROW_SHAPES = [(65536, 1024), (8192, 8192), (4096, 32768), (1048576, 128)]
 GOAL = ">= 2800 GB/s and >= PyTorch"
@@ -147,6 +147,7 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", choices=["float32", "float64"])
     p.add_argument("--json", help="write the results here")
     ns = p.parse_args(argv)
+    require_gpu("benchmarks/mb_norms.py")
     import torch
     copy = copy_bandwidth()
     print(f"device copy: {copy['gbps']:.0f} GB/s ({torch.cuda.get_device_name()})", flush=True)
@@ -185,8 +186,7 @@ def main(argv=None) -> int:
               f"x{gb_c / gb_t:5.2f}  err {err if err is None else f'{err:.1e}'}  {'ok' if ok else 'MISS'}",
               flush=True)
     if ns.json:
-        with open(ns.json, "w") as fh:
-            json.dump({"copy": copy, "rows": rows}, fh, indent=1)
+        save_json(ns.json, {"copy": copy, "rows": rows}, gpu=True)
     print("\n| workload | dtype | cuopjit GB/s | PyTorch GB/s | ratio | goal met |")
     print("|---|---|---|---|---|---|")
     for r in rows:

@@ -10,7 +10,6 @@ writes JSON and, where matplotlib is installed, a PNG chart beside it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import traceback
@@ -18,6 +17,7 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from mb_common import copy_bandwidth, time_ms  # noqa: E402
+from results_io import require_gpu, save_json  # noqa: E402
 
 
 def load_workloads() -> list[dict]:
@@ -79,6 +79,7 @@ def main(argv=None) -> int:
                                                   "memory_bound.json"))
     p.add_argument("--no-chart", action="store_true")
     ns = p.parse_args(argv)
+    require_gpu("benchmarks/memory_bound.py")
 
     import torch
     workloads = [w for w in load_workloads()
@@ -113,10 +114,7 @@ def main(argv=None) -> int:
             continue
         print(f"{r['name']:<18}{r['dtype']:<9}{r['bytes'] / 1e6:>9.1f}{r['cuopjit_gbps']:>14.0f}{r['torch_gbps']:>12.0f}"
               f"{100 * r['pct_copy']:>7.1f}%{r['ratio_torch']:>9.3f}  {'MET' if r['goal_met'] else 'missed'} ({r['goal']})")
-    os.makedirs(os.path.dirname(os.path.abspath(ns.out)), exist_ok=True)
-    with open(ns.out, "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "copy": copy, "workloads": rows}, f, indent=1)
-    print(f"results written to {ns.out}")
+    save_json(ns.out, {"device": torch.cuda.get_device_name(), "copy": copy, "workloads": rows}, gpu=True)
     if not ns.no_chart:
         chart(rows, copy["gbps"], os.path.splitext(ns.out)[0] + ".png")
     return 0

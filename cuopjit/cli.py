@@ -9,10 +9,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from . import compiler, kernels, prewarm, target
-from .config import JITConfig, get_default_global_jit_config
+from ._version import __version__
+from .cache import KernelCache, get_cache
+from .cache.access import FIX
+from .cache.bundle import check_output
+from .config import JITConfig, environment, get_default_global_jit_config
 from .errors import CompileError, CuopjitError
 from .ops import FAMILIES
 from .prewarm import DTYPES
+from .values import split_list
 
 
 def _config_args(p: argparse.ArgumentParser) -> None:
@@ -41,20 +46,63 @@ def _config(ns: argparse.Namespace) -> JITConfig:
     return cfg
 
 
-def _archs(text: str | None) -> list[str]:
-    if not text:
-        from .config import environment
-        text = environment().arch
-    if not text:
+def _selection(ns: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The --op and --dtype values (comma lists too, repeatable); unknown names raise with the known ones."""
+    ops, dtypes = prewarm.check_ops(split_list(ns.op)), split_list(ns.dtype)
+    for dt in dtypes:
+        if dt not in DTYPES:
+            raise ValueError(f"unknown dtype {dt!r}: choose from {', '.join(DTYPES)}")
+    return ops, dtypes or list(DTYPES)
+
+
+def _archs(values: Sequence[str] | None) -> list[str]:
+    """The --arch values (comma lists, repeatable), else CUOPJIT_ARCH; each must be a target cuopjit supports."""
+    archs, source = split_list(values), "--arch"
+    if not archs:
+        env = environment()
+        env.require("CUOPJIT_ARCH")
+        archs, source = list(env.arch), "CUOPJIT_ARCH"
+    if not archs:
         raise ValueError("name the target architectures, e.g. --arch sm_80,sm_90 (or set CUOPJIT_ARCH)")
-    archs = [a.strip() for a in text.split(",") if a.strip()]
     known = compiler.supported_archs()
     for a in archs:
+        if a in compiler.nvrtc_archs() and a not in known:
+            raise ValueError(f"{source} {a} is older than {compiler.MIN_ARCH}, the oldest architecture cuopjit "
+                             f"supports: choose from {', '.join(known)}")
         if a not in known:
-            raise ValueError(f"--arch {a} is not a target this NVRTC ({compiler.nvrtc_version()}) knows: "
+            raise ValueError(f"{source} {a} is not a target this NVRTC ({compiler.nvrtc_version()}) knows: "
                              f"choose from {', '.join(known)}")
         target.named(a)
     return archs
+
+
+def _prewarm_checks(ns: argparse.Namespace) -> KernelCache:
+    """Refuse before compiling anything: a bad --jobs, a cache that cannot take entries, an unwritable --bundle."""
+    if ns.jobs < 0:
+        raise ValueError(f"--jobs {ns.jobs} is not allowed: give the number of parallel compiles, 1 or more "
+                         "(0: max_compilation_threads)")
+    cache = get_cache()
+    if problem := cache.problem():
+        raise CuopjitError(f"nothing can be prewarmed: {problem}; {FIX}")
+    if ns.bundle:
+        check_output(ns.bundle)
+    return cache
+
+
+def _prewarm_summary(ns: argparse.Namespace, cache: KernelCache, archs: list[str], infos: list[kernels.BuildInfo],
+                     seconds: float) -> int:
+    """Print what was compiled, found and stored; fail when a compiled kernel did not reach the cache."""
+    compiled = [i for i in infos if not i.cache_hit]
+    stored = sum(i.stored for i in compiled)
+    print(f"prewarmed {len(infos)} kernels for {', '.join(archs)} in {seconds:.1f} s: {len(compiled)} compiled, "
+          f"{len(infos) - len(compiled)} already cached; {stored} stored in {cache.directory}")
+    if stored < len(compiled):
+        raise CuopjitError(f"{len(compiled) - stored} of {len(compiled)} compiled kernels could not be stored: "
+                           f"{cache.problem() or 'see the warnings above'}; {FIX}")
+    if ns.bundle:
+        result = cache.export_bundle(ns.bundle, keys={i.key for i in infos})
+        print(f"bundle written to {ns.bundle} ({result.entries} entries)")
+    return 0
 
 
 def cmd_prewarm(ns: argparse.Namespace) -> int:
@@ -62,10 +110,11 @@ def cmd_prewarm(ns: argparse.Namespace) -> int:
     archs = _archs(ns.arch)
     if ns.cache_dir:
         get_default_global_jit_config().cache_dir = ns.cache_dir
-    planned = prewarm.representative_plans(ns.op, ns.dtype, archs, _config(ns).snapshot())
-    todo = prewarm.kernels_to_build(planned)
+    cache = _prewarm_checks(ns)
+    ops, dtypes = _selection(ns)
+    todo = prewarm.kernels_to_build(prewarm.representative_plans(ops, dtypes, archs, _config(ns).snapshot()))
     jobs = ns.jobs or get_default_global_jit_config().max_compilation_threads
-    start, done, cached = time.perf_counter(), 0, 0
+    start, done, infos = time.perf_counter(), 0, []
 
     def one(item):
         return item, kernels.build(*item)
@@ -73,23 +122,16 @@ def cmd_prewarm(ns: argparse.Namespace) -> int:
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         for (spec, arch), (_, info) in pool.map(one, todo):
             done += 1
-            cached += info.cache_hit
+            infos.append(info)
             state = "cached" if info.cache_hit else f"compiled in {info.seconds * 1e3:.0f} ms"
             if not ns.quiet:
                 print(f"[{done}/{len(todo)}] {spec.name} {arch}: {state}", flush=True)
-    print(f"prewarmed {len(todo)} kernels for {', '.join(archs)} in {time.perf_counter() - start:.1f} s: "
-          f"{len(todo) - cached} compiled, {cached} already cached "
-          f"({get_default_global_jit_config().resolved_cache_dir()})")
-    if getattr(ns, "bundle", None):
-        from .cache import get_cache
-        get_cache().export_bundle(ns.bundle)
-        print(f"bundle written to {ns.bundle}")
-    return 0
+    return _prewarm_summary(ns, cache, archs, infos, time.perf_counter() - start)
 
 
 def cmd_show(ns: argparse.Namespace) -> int:
     """The CUDA C of the kernels an operator runs for its representative problems on --arch (default sm_90)."""
-    archs = _archs(ns.arch or "sm_90")
+    archs = _archs(ns.arch or ["sm_90"])
     planned = prewarm.representative_plans([ns.op], [ns.dtype], archs[:1], _config(ns).snapshot())
     shown = []
     for p in planned:
@@ -112,16 +154,20 @@ def cmd_info(ns: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .cli_cache import add_cache_commands
     parser = argparse.ArgumentParser(prog="cuopjit", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"cuopjit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("prewarm", help="compile kernels into the cache (no GPU needed)")
-    p.add_argument("--arch", help="comma-separated targets, e.g. sm_80,sm_90 (default: CUOPJIT_ARCH)")
-    p.add_argument("--op", action="append", help=f"operator family (repeatable): {', '.join(FAMILIES)}")
-    p.add_argument("--dtype", action="append", choices=DTYPES, help="repeatable; default: both")
+    p.add_argument("--arch", action="append", help=f"targets, comma-separated or repeated, e.g. sm_80,sm_90 "
+                                                   f"(minimum {compiler.MIN_ARCH}; default: CUOPJIT_ARCH)")
+    p.add_argument("--op", action="append", help=f"operator families, comma-separated or repeated: "
+                                                 f"{', '.join(FAMILIES)} (default: all)")
+    p.add_argument("--dtype", action="append", help="float32, float64, comma-separated or repeated (default: both)")
     p.add_argument("--jobs", type=int, default=0, help="parallel compiles (default: max_compilation_threads)")
     p.add_argument("--cache-dir", help="cache directory (default: CUOPJIT_CACHE_DIR or the user cache dir)")
     p.add_argument("--quiet", action="store_true", help="print only the summary")
-    p.add_argument("--bundle", metavar="FILE", help="also write the cache into a portable bundle (cuopjit cache import)")
+    p.add_argument("--bundle", metavar="FILE", help="also write the kernels this prewarm built or found into a "
+                                                    "portable bundle (for cuopjit cache import)")
     _config_args(p)
     p.set_defaults(func=cmd_prewarm)
 
@@ -129,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("op", help=f"operator family: {', '.join(FAMILIES)}")
     p.add_argument("--dtype", default="float32", choices=DTYPES)
     p.add_argument("--all", action="store_true", help="every kernel the operator may use, not just the first")
-    p.add_argument("--arch", help="the target to plan for (default sm_90)")
+    p.add_argument("--arch", action="append", help="the target to plan for (default sm_90)")
     _config_args(p)
     p.set_defaults(func=cmd_show)
 
@@ -140,19 +186,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _reason(exc: BaseException) -> str:
+    """The one line (a compile error: the whole log) that tells the user what went wrong."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    text = str(exc).strip() or type(exc).__name__
+    return text if isinstance(exc, CompileError) else text.splitlines()[0]  # a compile log is the point
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    ns = parser.parse_args(argv)
+    """Run the `cuopjit` command; returns the exit status (2: bad input, 1: failure, 130: interrupted)."""
+    command = "cuopjit"
     try:
+        ns = build_parser().parse_args(argv)
+        command = f"cuopjit {ns.command}"
         return ns.func(ns) or 0
+    except KeyboardInterrupt:
+        print(f"{command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # output piped into `head` & co.: stop quietly, as other CLIs do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (ValueError, TypeError, CuopjitError, OSError) as exc:
-        text = str(exc).strip() or type(exc).__name__
-        if not isinstance(exc, CompileError):  # a compile error's log and excerpt are the point
-            text = text.splitlines()[0]
-        print(f"cuopjit {ns.command}: error: {text}", file=sys.stderr)
+        print(f"{command}: error: {_reason(exc)}", file=sys.stderr)
         return 2 if isinstance(exc, (ValueError, TypeError)) else 1
 
 

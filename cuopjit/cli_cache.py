@@ -7,22 +7,35 @@ import json
 import sys
 
 from .cache import KernelCache, get_cache
-from .config import parse_size
-from .errors import format_bytes
+from .cache.access import FIX
+from .errors import CuopjitError, format_bytes
+from .log import warn_environment
+from .values import parse_size
 
 
-def _cache(ns: argparse.Namespace) -> KernelCache:
-    return get_cache(ns.cache_dir) if ns.cache_dir else get_cache()
+def _cache(ns: argparse.Namespace, changes: str | None = None) -> KernelCache:
+    """The cache the options name; CuopjitError with a one-line reason when it cannot be read, or (when the
+    command `changes` it: "cleared", "pruned", ...) written."""
+    warn_environment()
+    cache = get_cache(ns.cache_dir) if ns.cache_dir else get_cache()
+    if cache.layer is not None and (problem := cache.layer.access_problem()):
+        raise CuopjitError(f"cannot use the cache: {problem}; {FIX}")
+    if changes and (problem := cache.problem()):
+        raise CuopjitError(f"nothing can be {changes}: {problem}; {FIX}")
+    return cache
 
 
 def cmd_ls(ns: argparse.Namespace) -> int:
     """One line per entry: name, arch, size, last use, template parameters, layer."""
     rows = _cache(ns).entries()
+    name_width = max([40, *(len(e.name) for e in rows)])
+    arch_width = max([7, *(len(e.arch) for e in rows)])
     for e in rows:
         used = datetime.datetime.fromtimestamp(e.mtime).strftime("%Y-%m-%d %H:%M")
         params = " ".join(f"{k}={v}" for k, v in e.params)
         layer = "" if e.writable else "  [read-only]"
-        print(f"{e.name:<40} {e.arch:<7} {format_bytes(e.size):>10}  {used}  {e.template} {params}{layer}")
+        print(f"{e.name:<{name_width}} {e.arch:<{arch_width}} {format_bytes(e.size):>10}  {used}  "
+              f"{e.template} {params}{layer}")
     print(f"{len(rows)} entries")
     return 0
 
@@ -41,7 +54,8 @@ def cmd_stats(ns: argparse.Namespace) -> int:
 
 
 def cmd_clear(ns: argparse.Namespace) -> int:
-    cache = _cache(ns)
+    """Delete every entry, record and counter of the writable cache (nothing to do on a fresh machine)."""
+    cache = _cache(ns, "cleared")
     removed = cache.clear()
     print(f"removed {removed} entries from {cache.directory}")
     return 0
@@ -58,9 +72,8 @@ def cmd_verify(ns: argparse.Namespace) -> int:
 
 
 def cmd_prune(ns: argparse.Namespace) -> int:
-    cache = _cache(ns)
-    if not cache.writable:
-        raise ValueError(f"the cache {cache.directory} is not writable; nothing can be pruned")
+    """Evict least-recently-used entries down to --max-size."""
+    cache = _cache(ns, "pruned")
     result = cache.prune(parse_size(ns.max_size))
     print(f"evicted {result.evicted} entries, freed {format_bytes(result.freed)}, "
           f"{format_bytes(result.remaining)} left")
@@ -68,6 +81,7 @@ def cmd_prune(ns: argparse.Namespace) -> int:
 
 
 def cmd_export(ns: argparse.Namespace) -> int:
+    """Write every valid entry and record into a bundle file."""
     result = _cache(ns).export_bundle(ns.file)
     for path, reason in result.bad:
         print(f"skipped bad entry {path}: {reason}", file=sys.stderr)
@@ -77,7 +91,7 @@ def cmd_export(ns: argparse.Namespace) -> int:
 
 def cmd_import(ns: argparse.Namespace) -> int:
     """Exit 1 when the bundle held bad entries (the good ones are still installed)."""
-    result = _cache(ns).import_bundle(ns.file)
+    result = _cache(ns, "imported").import_bundle(ns.file)
     for name, reason in result.bad:
         print(f"BAD {name}: {reason}", file=sys.stderr)
     print(f"imported {result.entries} entries and {result.records} records "

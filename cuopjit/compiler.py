@@ -16,6 +16,8 @@ _RESOURCES = re.compile(r"Used (\d+) registers")
 _SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _SMEM = re.compile(r"(\d+) bytes smem")
 
+MIN_ARCH = "sm_80"  # the oldest architecture every kernel compiles for (sm_75 lacks what float64 kernels use)
+
 _OPT_FLAGS = {
     "O0": ("--ptxas-options=-O0",),
     "O1": ("--ptxas-options=-O1",),
@@ -105,14 +107,24 @@ def nvrtc_version() -> str:
 
 
 @functools.cache
-def supported_archs() -> tuple[str, ...]:
+def nvrtc_archs() -> tuple[str, ...]:
     """Real architectures this NVRTC can target, e.g. ('sm_75', ..., 'sm_90', 'sm_90a', ...)."""
     nv = _nvrtc()
     n = _check(nv.nvrtcGetNumSupportedArchs(), "nvrtcGetNumSupportedArchs")
     archs = _check(nv.nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs") if n else []
     out = [f"sm_{a}" for a in archs]
     out += [f"sm_{a}a" for a in archs if a >= 90]
-    return tuple(sorted(out, key=lambda s: (int(s[3:].rstrip("a")), s)))
+    return tuple(sorted(out, key=arch_number))
+
+
+def arch_number(arch: str) -> tuple[int, str]:
+    """'sm_90a' -> (90, 'sm_90a'): sorts and compares architectures."""
+    return int(arch[3:].rstrip("a")), arch
+
+
+def supported_archs() -> tuple[str, ...]:
+    """The architectures cuopjit compiles for: this NVRTC's, from MIN_ARCH (float64 GEMM, softmax, layernorm) up."""
+    return tuple(a for a in nvrtc_archs() if arch_number(a)[0] >= arch_number(MIN_ARCH)[0])
 
 
 def _excerpt(log: str, template_lines) -> str:

@@ -8,32 +8,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .values import parse_size, split_list, whole_number
+
 KERNEL_TYPES = ("auto", "simple", "tiled", "warp_optimized", "tensor_core")
 OPTIMIZATION_LEVELS = ("O0", "O1", "O2", "O3")
 TILE_SIZES = (0, 8, 16, 32, 64, 128, 256)
 BLOCK_SIZES = (0, 32, 64, 128, 256, 512, 1024)
 LOG_LEVELS = ("debug", "info", "warning", "error")
-
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
-               "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12,
-               "tib": 1 << 40}
-
-
-def parse_size(text: str | int) -> int:
-    """'4GiB', '500M', '1024' -> bytes; ValueError names the accepted forms."""
-    if isinstance(text, int):
-        return text
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise ValueError(f"size {text!r} is not understood: write a number of bytes or e.g. 500M, 4GiB, 2GB")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
-
 
 def _allowed(name: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:
@@ -89,8 +77,7 @@ class JITConfig:
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in _JIT_FIELDS:
             raise AttributeError(f"JITConfig has no field {name!r}: fields are {', '.join(_JIT_FIELDS)}")
-        _validate_jit_field(name, value)
-        object.__setattr__(self, name, value)
+        object.__setattr__(self, name, _validate_jit_field(name, value))
 
     def snapshot(self) -> ConfigSnapshot:
         """Frozen copy for cache keys and kernel specialisation."""
@@ -100,20 +87,22 @@ class JITConfig:
         return dataclasses.replace(self)
 
 
-def _validate_jit_field(name: str, value: Any) -> None:
+def _validate_jit_field(name: str, value: Any) -> Any:
+    """The value to store (integral floats of integer fields become ints); ValueError for a bad one."""
     if name in ("kernel_type",):
         _allowed(name, value, KERNEL_TYPES)
     elif name == "optimization_level":
         _allowed(name, value, OPTIMIZATION_LEVELS)
-    elif name == "tile_size":
-        _allowed(name, value, TILE_SIZES)
-    elif name == "block_size":
-        _allowed(name, value, BLOCK_SIZES)
+    elif name in ("tile_size", "block_size"):
+        value = whole_number(name, value)
+        _allowed(name, value, TILE_SIZES if name == "tile_size" else BLOCK_SIZES)
     elif name == "max_registers":
+        value = whole_number(name, value)
         if value != 0:
             _check_int(name, value, 16, 255)
     else:
         _check_bool(name, value)
+    return value
 
 
 _JIT_FIELDS = tuple(f.name for f in dataclasses.fields(JITConfig))
@@ -147,8 +136,9 @@ class GlobalJITConfig:
                 value = parse_size(value)
                 _check_int(name, value, 1 << 20)
         elif name == "compilation_timeout":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"compilation_timeout={value!r} is not allowed: it must be seconds > 0")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"compilation_timeout={value!r} is not allowed: it must be a finite number of "
+                                 "seconds > 0")
             value = float(value)
         elif name == "max_compilation_threads":
             _check_int(name, value, 1, 256)
@@ -167,12 +157,20 @@ class GlobalJITConfig:
         return Path(platformdirs.user_cache_dir("cuopjit", appauthor=False))
 
     def resolved_max_cache_size(self) -> int:
+        """The size cap: this config's, else CUOPJIT_MAX_CACHE_SIZE (ValueError when unreadable), else 4 GiB."""
         if self.max_cache_size is not None:
             return self.max_cache_size
-        return environment().max_cache_size or 4 << 30
+        env = environment()
+        env.require("CUOPJIT_MAX_CACHE_SIZE")
+        return env.max_cache_size or 4 << 30
 
     def debug(self) -> bool:
-        return self.enable_debug or environment().debug
+        """enable_debug, or CUOPJIT_DEBUG (ValueError when unreadable)."""
+        if self.enable_debug:
+            return True
+        env = environment()
+        env.require("CUOPJIT_DEBUG")
+        return env.debug
 
 
 _GLOBAL_FIELDS = tuple(f.name for f in dataclasses.fields(GlobalJITConfig))
@@ -180,13 +178,29 @@ _GLOBAL_FIELDS = tuple(f.name for f in dataclasses.fields(GlobalJITConfig))
 
 @dataclass(frozen=True)
 class Environment:
-    """Every CUOPJIT_* variable, typed. Read on each call to `environment()` so tests can scope them."""
+    """Every CUOPJIT_* variable, typed. Read on each call to `environment()` so tests can scope them.
+
+    A value that is not understood leaves its field at the default and is listed in `problems`;
+    whatever needs that value calls `require`, so commands that do not (`info`, `cache ls`) still run.
+    """
     cache_dir: str | None
     cache_readonly: tuple[str, ...]
     max_cache_size: int | None
     log: str
     debug: bool
-    arch: str | None
+    arch: tuple[str, ...]
+    variables: tuple[tuple[str, str], ...] = ()
+    problems: tuple[tuple[str, str], ...] = ()
+
+    def problem(self, variable: str) -> str | None:
+        """Why `variable`'s value is not understood, or None."""
+        return dict(self.problems).get(variable)
+
+    def require(self, *variables: str) -> None:
+        """Raise ValueError (saying what to write) for the first of `variables` whose value is not understood."""
+        for variable in variables:
+            if problem := self.problem(variable):
+                raise ValueError(problem)
 
 
 def _env_bool(name: str) -> bool:
@@ -199,22 +213,38 @@ def _env_bool(name: str) -> bool:
 
 
 def environment() -> Environment:
-    """Read the CUOPJIT_* variables now; a bad value raises ValueError naming the variable."""
+    """Read the CUOPJIT_* variables now; bad values are kept in `problems`, named with what to write instead."""
+    problems: dict[str, str] = {}
     log = os.environ.get("CUOPJIT_LOG", "warning").strip().lower() or "warning"
     if log not in LOG_LEVELS:
-        raise ValueError(f"CUOPJIT_LOG={log!r} is not understood: use one of {', '.join(LOG_LEVELS)}")
-    size = os.environ.get("CUOPJIT_MAX_CACHE_SIZE")
-    arch = os.environ.get("CUOPJIT_ARCH") or None
-    if arch is not None and not re.fullmatch(r"sm_\d{2,3}a?", arch):
-        raise ValueError(f"CUOPJIT_ARCH={arch!r} is not understood: write e.g. sm_80, sm_90 or sm_90a")
+        problems["CUOPJIT_LOG"] = f"CUOPJIT_LOG={log!r} is not understood: use one of {', '.join(LOG_LEVELS)}"
+        log = "warning"
+    size, max_size = os.environ.get("CUOPJIT_MAX_CACHE_SIZE"), None
+    try:
+        max_size = parse_size(size) if size else None
+    except ValueError as exc:
+        problems["CUOPJIT_MAX_CACHE_SIZE"] = f"CUOPJIT_MAX_CACHE_SIZE: {exc}"
+    raw_arch = os.environ.get("CUOPJIT_ARCH", "")
+    arch = tuple(split_list(raw_arch))
+    if not all(re.fullmatch(r"sm_\d{2,3}a?", a) for a in arch):
+        problems["CUOPJIT_ARCH"] = (f"CUOPJIT_ARCH={raw_arch!r} is not understood: write one architecture or a comma "
+                                    "list, e.g. sm_80 or sm_80,sm_90")
+        arch = ()
+    debug = False
+    try:
+        debug = _env_bool("CUOPJIT_DEBUG")
+    except ValueError as exc:
+        problems["CUOPJIT_DEBUG"] = str(exc)
     ro = os.environ.get("CUOPJIT_CACHE_READONLY", "")
     return Environment(
         cache_dir=os.environ.get("CUOPJIT_CACHE_DIR") or None,
         cache_readonly=tuple(p for p in ro.split(os.pathsep) if p),
-        max_cache_size=parse_size(size) if size else None,
+        max_cache_size=max_size,
         log=log,
-        debug=_env_bool("CUOPJIT_DEBUG"),
+        debug=debug,
         arch=arch,
+        variables=tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("CUOPJIT_"))),
+        problems=tuple(problems.items()),
     )
 
 

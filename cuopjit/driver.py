@@ -48,6 +48,13 @@ def device_count() -> int:
         return 0
 
 
+def require_device() -> int:
+    """The number of visible GPUs; NoDeviceError, saying what still works without one, when it is 0."""
+    if (count := _init()) == 0:
+        raise NoDeviceError(f"no NVIDIA GPU is visible; {_NO_GPU_HINT}", "CUDA_ERROR_NO_DEVICE")
+    return count
+
+
 @dataclass(frozen=True)
 class Device:
     """One GPU: its ordinal, primary context and the facts kernels are specialised on."""

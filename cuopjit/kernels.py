@@ -71,6 +71,8 @@ class BuildInfo:
     seconds: float
     registers: int | None = None
     spill_bytes: int = 0
+    key: str = ""  # the cache key of the cubin
+    stored: bool = False  # whether the cubin is on disk in a cache layer after this call
 
 
 def build(spec: KernelSpec, arch: str, cache_dir: str | os.PathLike | None = None,
@@ -91,14 +93,15 @@ def build(spec: KernelSpec, arch: str, cache_dir: str | os.PathLike | None = Non
                        c.registers, c.spill_bytes)
         return c.cubin
 
-    if not persistent:
+    cache = get_cache(cache_dir) if persistent else None
+    if cache is None:
         cubin, hit = compile_now(), False
     else:
-        cache = get_cache(cache_dir)
         cubin, hit = cache.get_or_build(entry, compile_now)
         if get_default_global_jit_config().debug():
             _keep_source(cache, entry)
-    info = BuildInfo(cache_hit=hit, seconds=time.perf_counter() - start)
+    info = BuildInfo(cache_hit=hit, seconds=time.perf_counter() - start, key=entry.key,
+                     stored=cache is not None and cache.persisted(entry.key))
     if compiled:
         info.registers, info.spill_bytes = compiled[0].registers, compiled[0].spill_bytes
     return cubin, info
@@ -107,7 +110,7 @@ def build(spec: KernelSpec, arch: str, cache_dir: str | os.PathLike | None = Non
 def _keep_source(cache, entry) -> None:
     """Debug mode keeps the rendered source beside the cache, named like the entry."""
     directory = cache.directory
-    if directory is None:  # a memory-only cache keeps no files
+    if directory is None or not cache.writable:  # a memory-only or unwritable cache keeps no files
         return
     path = Path(directory) / "sources" / f"{entry.name}-{entry.key[:16]}.cu"
     try:

@@ -6,7 +6,7 @@ import sys
 
 from . import compiler, driver
 from ._version import __version__
-from .config import get_default_global_jit_config
+from .config import environment, get_default_global_jit_config
 
 
 def get_device_count() -> int:
@@ -15,7 +15,8 @@ def get_device_count() -> int:
 
 
 def get_device() -> int:
-    """The ordinal of the current device."""
+    """The ordinal of the current device; NoDeviceError (saying what works without one) when there is no GPU."""
+    driver.require_device()
     return driver.current_ordinal()
 
 
@@ -41,6 +42,10 @@ def system_info() -> dict:
     info["nvrtc"] = compiler.nvrtc_version()
     info["nvrtc_targets"] = " ".join(compiler.supported_archs())
     info["cache_dir"] = str(get_default_global_jit_config().resolved_cache_dir())
+    env = environment()
+    for name, value in env.variables:
+        problem = env.problem(name)
+        info[name] = f"{value!r} (ignored: {problem})" if problem else value
     count = driver.device_count()
     info["devices"] = []
     if count:

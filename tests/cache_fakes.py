@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import errno
 import hashlib
 import os
 import time
@@ -47,3 +48,14 @@ def build_counts(log: Path) -> collections.Counter:
 def temp_files(root: Path) -> list[Path]:
     """Temp files left anywhere under a cache directory."""
     return [p for p in root.rglob("*") if ".tmp." in p.name]
+
+
+def fill_disk(monkeypatch) -> None:
+    """Make every os.write of over 1000 bytes (an entry, not a stats record) fail with ENOSPC, as a full disk does."""
+    real_write = os.write
+
+    def full(fd, data):
+        if len(data) > 1000:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+    monkeypatch.setattr(os, "write", full)

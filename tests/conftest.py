@@ -38,6 +38,15 @@ def cache_dir(tmp_path):
         yield path
 
 
+@pytest.fixture(scope="session")
+def unprivileged():
+    """Runs scenarios as an unprivileged user (nobody when the tests run as root), so permissions bind."""
+    from unprivileged import make_runner
+    runner = make_runner()
+    yield runner
+    runner.cleanup()
+
+
 @pytest.fixture
 def rng(request):
     """Fresh random inputs on every run; the seed is printed so a failure can be replayed."""

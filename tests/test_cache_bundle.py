@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import subprocess
+import sys
 import tarfile
 
 import pytest
 
 from cache_fakes import build_counts, counting_build, fake_cubin, make_spec, temp_files
 from cuopjit.cache import KernelCache
-from cuopjit.cache.bundle import BundleError
+from cuopjit.cache.bundle import BUNDLE_FORMAT, BundleError
 
 SPECS = [make_spec(i, arch) for i in range(3) for arch in ("sm_80", "sm_90")]
 
@@ -108,5 +111,71 @@ def test_not_a_bundle_says_how_to_make_one(tmp_path):
     empty = tmp_path / "empty.tar"
     with tarfile.open(empty, "w"):
         pass
-    with pytest.raises(BundleError, match="has no valid manifest.json of format cuopjit-bundle-1"):
+    with pytest.raises(BundleError, match=r"empty.tar is not a readable cuopjit bundle \(it does not start with a "
+                                         r"manifest.json of format cuopjit-bundle-1\); make one with `cuopjit"):
         KernelCache(tmp_path / "c").import_bundle(empty)
+
+
+def test_truncated_bundle_is_not_readable(cache_dir, tmp_path):
+    bundle = _exported(cache_dir, tmp_path)
+    data = bundle.read_bytes()
+    bundle.write_bytes(data[:len(data) // 2])
+    with pytest.raises(BundleError, match=r"kernels.tar.gz is not a readable cuopjit bundle \(truncated or corrupt: "
+                                          r".+\); make one with `cuopjit cache export`$"):
+        KernelCache(tmp_path / "target").import_bundle(bundle)
+
+
+@pytest.mark.parametrize("part, value", [("entries", "kernels"), ("entries", [1, 2]), ("entries", None),
+                                         ("records", {"a": 1}), ("records", ["x"])])
+def test_malformed_manifest_is_not_readable(cache_dir, tmp_path, part, value):
+    bundle = _exported(cache_dir, tmp_path)
+
+    def change(members):
+        manifest = json.loads(members["manifest.json"])
+        manifest[part] = value
+        members["manifest.json"] = json.dumps(manifest).encode()
+    _rewrite(bundle, change)
+    shown = re.escape(json.dumps(value)[:40])
+    with pytest.raises(BundleError, match=rf"is not a readable cuopjit bundle \(manifest.json: '{part}' must be a list "
+                                          rf"of objects, not {shown}\)"):
+        KernelCache(tmp_path / "target").import_bundle(bundle)
+
+
+def test_gzip_bomb_is_refused_before_its_member_is_read(tmp_path):
+    """A member declaring 256 MiB (of zeros: a file of about 250 KiB) is refused from its header, in constant memory."""
+    bomb = tmp_path / "bomb.tar.gz"
+
+    class Zeros(io.RawIOBase):
+        def __init__(self, n):
+            self.left = n
+
+        def readinto(self, buf):
+            n = min(len(buf), self.left)
+            buf[:n] = bytes(n)
+            self.left -= n
+            return n
+    manifest = json.dumps({"format": BUNDLE_FORMAT, "entries": [{"file": "k-0123456789abcdef.cubin",
+                                                                 "sha256": "0" * 64}], "records": []}).encode()
+    with tarfile.open(bomb, "w:gz", compresslevel=9) as tar:
+        for name, size, data in [("manifest.json", len(manifest), io.BytesIO(manifest)),
+                                 ("kernels/k-0123456789abcdef.cubin", 256 << 20, Zeros(256 << 20))]:
+            info = tarfile.TarInfo(name)
+            info.size = size
+            tar.addfile(info, data)
+    assert bomb.stat().st_size < 1 << 20
+    code = f"""
+import resource, sys
+from cuopjit.cache import KernelCache
+from cuopjit.cache.bundle import BUNDLE_FORMAT, BundleError
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    KernelCache({str(tmp_path / "target")!r}).import_bundle({str(bomb)!r})
+except BundleError as exc:
+    print(exc)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    message, grown_mib = out.stdout.splitlines()
+    assert message == (f"{bomb} is not a readable cuopjit bundle (member kernels/k-0123456789abcdef.cubin holds "
+                       "256.0 MiB, over the 64.0 MiB a member may hold); make one with `cuopjit cache export`")
+    assert int(grown_mib) < 64, f"reading the bundle grew the process by {grown_mib} MiB"

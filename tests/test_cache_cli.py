@@ -120,3 +120,122 @@ def test_prewarm_bundle_builds_a_bundle_without_a_gpu(cache_dir, tmp_path, capsy
     result = target.import_bundle(bundle)
     assert result.entries > 0 and result.bad == []
     assert all(e.arch == "sm_80" and e.template == "gemm.cu.jinja" for e in target.entries())
+
+
+RUN_COMMANDS = """
+    import contextlib, io, json
+    for argv in {commands!r}:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()) as out:
+            rc = cuopjit.cli.main(argv)
+        print(json.dumps([argv, rc, out.getvalue(), err.getvalue()]))
+"""
+
+
+def _run_commands(unprivileged, commands, env) -> dict[str, tuple[int, str, str]]:
+    """{first words of the command: (rc, stdout, stderr)} of `cuopjit <command>` for each, as the scenario user."""
+    proc = unprivileged.run(RUN_COMMANDS.format(commands=commands), env=env)
+    assert proc.returncode == 0, proc.stderr
+    return {" ".join(argv[:2]): (rc, out, err) for argv, rc, out, err in map(json.loads, proc.stdout.splitlines())}
+
+
+def _commands(scratch) -> list[list[str]]:
+    return [["cache", "ls"], ["cache", "stats"], ["cache", "clear"], ["cache", "verify"],
+            ["cache", "prune", "--max-size", "1M"], ["cache", "export", str(scratch / "out.tar.gz")],
+            ["cache", "import", str(scratch / "in.tar.gz")],
+            ["prewarm", "--arch", "sm_80", "--op", "relu", "--dtype", "float32"]]
+
+
+def test_every_command_gives_one_line_for_a_cache_the_user_cannot_reach(unprivileged):
+    scratch = unprivileged.scratch()
+    home = scratch / "root-home"
+    home.mkdir()
+    unprivileged.deny(home)
+    results = _run_commands(unprivileged, _commands(scratch), {"HOME": str(home)})
+    problem = f"cannot reach {home}/.cache/cuopjit (Permission denied); fix its permissions"
+    for command, (rc, out, err) in results.items():
+        assert rc == 1 and len(err.splitlines()) == 1 and "Errno" not in err, (command, err)
+        expected = "nothing can be prewarmed" if command.startswith("prewarm") else "cannot use the cache"
+        assert err.startswith(f"cuopjit {command.split()[0]}: error: {expected}: {problem}"), (command, err)
+
+
+def test_readable_but_unwritable_cache_is_listed_but_not_changed(unprivileged):
+    scratch = unprivileged.scratch()
+    cache = scratch / "cache"
+    _fill(cache, 2)
+    _fill(scratch / "source", 3).export_bundle(scratch / "in.tar.gz")
+    unprivileged.give(scratch)
+    unprivileged.give(cache, mode=0o500)
+    commands = [c if c[1:] != ["stats"] else [*c, "--json"] for c in _commands(scratch)]
+    results = _run_commands(unprivileged, commands, {"CUOPJIT_CACHE_DIR": str(cache)})
+    rc, out, _ = results["cache ls"]
+    assert rc == 0 and out.endswith("2 entries\n")
+    assert results["cache verify"][:2] == (0, "2 entries ok, 0 bad\n")
+    assert results["cache export"][0] == 0 and (scratch / "out.tar.gz").exists()
+    stats = json.loads(results["cache stats"][1])
+    assert (stats["entries"], stats["writable"]) == (2, False)
+    for command, verb in [("cache clear", "cleared"), ("cache prune", "pruned"), ("cache import", "imported"),
+                          ("prewarm --arch", "prewarmed")]:
+        rc, _, err = results[command]
+        assert rc == 1 and err == (f"cuopjit {command.split()[0]}: error: nothing can be {verb}: {cache} is not "
+                                   "writable (permission denied); fix its permissions (chown/chmod) or free space, "
+                                   "or set CUOPJIT_CACHE_DIR (or pass --cache-dir) to a directory you can write\n")
+    assert len(list((cache / "kernels").iterdir())) == 2
+
+
+@pytest.mark.parametrize("sub", SUBCOMMANDS)
+def test_a_cache_path_that_is_a_file_is_an_error_not_an_empty_cache(sub, tmp_path, capsys):
+    path = tmp_path / "cache"
+    path.write_text("a file")
+    extra = {"prune": ["--max-size", "1M"], "export": [str(tmp_path / "b.tar.gz")],
+             "import": [str(tmp_path / "b.tar.gz")]}.get(sub, [])
+    rc, out, err = _cli(capsys, "cache", sub, *extra, "--cache-dir", str(path))
+    assert (rc, out) == (1, "")
+    assert err.startswith(f"cuopjit cache: error: cannot use the cache: {path} is a file, not a directory; ")
+
+
+def test_clear_on_a_fresh_machine_succeeds_and_creates_nothing(tmp_path, capsys):
+    fresh = tmp_path / "never-used"
+    assert _cli(capsys, "cache", "clear", "--cache-dir", str(fresh)) == (0, f"removed 0 entries from {fresh}\n", "")
+    assert not fresh.exists()
+
+
+def test_ls_columns_stay_aligned_for_long_names(cache_dir, capsys):
+    from cuopjit.cache import EntrySpec
+    long = EntrySpec(name="layernorm_f64_" + "x" * 60 + "_sm90", source="// long\n", options=("-a",), arch="sm_90",
+                     nvrtc_version="13.5", template="fake.cu.jinja", params=(("i", "1"),))
+    cache = _fill(cache_dir, 2)
+    cache.get_or_build(long, lambda: fake_cubin(long))
+    rc, out, _ = _cli(capsys, "cache", "ls")
+    rows = out.splitlines()[:-1]
+    assert rc == 0 and len(rows) == 3
+    assert len({row.index(" sm_90 ") for row in rows}) == 1
+    assert any(row.startswith(long.name + " ") for row in rows)
+
+
+def test_verify_states_each_reason_once(cache_dir, capsys):
+    cache = _fill(cache_dir, 1)
+    bad = cache.layer.entry_path(make_spec(0))
+    bad.write_bytes(bad.read_bytes()[:100])
+    rc, out, _ = _cli(capsys, "cache", "verify")
+    assert rc == 1 and f"BAD {bad}: truncated: " in out and "truncated: truncated" not in out
+
+
+def test_export_to_a_missing_directory_names_it_without_temp_files(cache_dir, tmp_path, capsys):
+    _fill(cache_dir, 1)
+    target = tmp_path / "missing" / "k.tar.gz"
+    rc, _, err = _cli(capsys, "cache", "export", str(target))
+    assert (rc, err) == (1, f"cuopjit cache: error: cannot write the bundle {target}: the directory "
+                            f"{target.parent} does not exist; create it first\n")
+
+
+def test_bad_log_or_arch_variables_do_not_stop_ls_or_info(cache_dir):
+    _fill(cache_dir, 1)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUOPJIT_LOG": "loud", "CUOPJIT_ARCH": "ampere"}
+    ls = subprocess.run([sys.executable, "-m", "cuopjit", "cache", "ls"], capture_output=True, text=True, env=env)
+    assert ls.returncode == 0 and ls.stdout.endswith("1 entries\n"), ls.stderr
+    assert "CUOPJIT_LOG='loud' is not understood" in ls.stderr and "CUOPJIT_ARCH='ampere'" in ls.stderr
+    info = subprocess.run([sys.executable, "-m", "cuopjit", "info"], capture_output=True, text=True, env=env)
+    assert info.returncode == 0, info.stderr
+    assert "CUOPJIT_ARCH: 'ampere' (ignored: CUOPJIT_ARCH='ampere' is not understood" in info.stdout
+    assert "CUOPJIT_LOG: 'loud' (ignored: CUOPJIT_LOG='loud' is not understood" in info.stdout

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from cache_fakes import build_counts, counting_build, fake_cubin, make_spec, temp_files
+from cache_fakes import build_counts, counting_build, fake_cubin, fill_disk, make_spec, temp_files
+from unprivileged import IS_ROOT, one_warning
 from cuopjit.cache import KernelCache, get_cache
 from cuopjit.config import scoped_env
-
-IS_ROOT = os.getuid() == 0
 
 
 def _fill(root: Path, specs) -> None:
@@ -83,31 +82,30 @@ def test_readonly_cache_dir_keeps_working_from_memory_and_warns_once(cache_dir, 
     assert not (cache_dir / "kernels" / new.file_name).exists()
 
 
-@pytest.mark.skipif(IS_ROOT, reason="root ignores directory permissions; the EROFS simulation above covers it")
-def test_permission_denied_cache_dir_keeps_working_from_memory(cache_dir, caplog):
-    _fill(cache_dir, [make_spec(1)])
-    for d in (cache_dir, cache_dir / "kernels", cache_dir / "locks"):
-        d.chmod(0o500)
-    try:
-        spec = make_spec(2)
-        with caplog.at_level(logging.WARNING, logger="cuopjit"):
-            assert KernelCache(cache_dir).get_or_build(spec, lambda: fake_cubin(spec)) == (fake_cubin(spec), False)
-        assert "is not writable (Permission denied)" in caplog.text
-    finally:
-        for d in (cache_dir, cache_dir / "kernels", cache_dir / "locks"):
-            d.chmod(0o700)
+def test_permission_denied_cache_dir_loads_entries_and_builds_the_rest_in_memory(unprivileged):
+    """Runs as an unprivileged user (nobody when the tests run as root), so the 0500 mode binds."""
+    cache = unprivileged.scratch() / "cache"
+    KernelCache(cache).get_or_build(make_spec(1), lambda: fake_cubin(make_spec(1)))
+    unprivileged.give(cache, mode=0o500)
+    out = unprivileged.run(f"""
+        from cuopjit.cache import KernelCache
+        from cache_fakes import fake_cubin, make_spec
+        cache = KernelCache({str(cache)!r})
+        print(cache.get_or_build(make_spec(1), lambda: 1 / 0) == (fake_cubin(make_spec(1)), True))
+        for _ in range(2):
+            print(cache.get_or_build(make_spec(2), lambda: fake_cubin(make_spec(2)))[1], cache.writable)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "True\nFalse False\nTrue False\n"
+    one_warning(out.stderr, f"cache: {cache} is not writable (permission denied); compiled kernels are kept in "
+                            "memory for this process only", "set CUOPJIT_CACHE_DIR")
+    assert sorted(p.name for p in (cache / "kernels").iterdir()) == [make_spec(1).file_name]
 
 
 def test_full_disk_keeps_working_from_memory_and_leaves_no_temp_file(cache_dir, monkeypatch, caplog):
     spec = make_spec(1)
     KernelCache(cache_dir).layer.ensure_dirs()
-    real_write = os.write
-
-    def full(fd, data):
-        if len(data) > 1000:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_write(fd, data)
-    monkeypatch.setattr(os, "write", full)
+    fill_disk(monkeypatch)
     cache = KernelCache(cache_dir)
     with caplog.at_level(logging.WARNING, logger="cuopjit"):
         assert cache.get_or_build(spec, lambda: fake_cubin(spec)) == (fake_cubin(spec), False)

@@ -1,15 +1,18 @@
 """The cuopjit command end to end, in a private cache directory, on a machine without a GPU."""
 from __future__ import annotations
 
+import json
 import re
+import signal
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
 
-def cuopjit(*args: str, cache_dir=None) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin"}
+def cuopjit(*args: str, cache_dir=None, env=None) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", **(env or {})}
     if cache_dir is not None:
         env["CUOPJIT_CACHE_DIR"] = str(cache_dir)
     return subprocess.run([sys.executable, "-m", "cuopjit.cli", *args], capture_output=True, text=True, env=env)
@@ -57,3 +60,119 @@ def test_info_without_gpu():
 def test_help(command):
     out = cuopjit(command, "--help")
     assert out.returncode == 0 and "usage: cuopjit" in out.stdout
+
+
+def _prewarmed(stdout: str) -> tuple[int, str]:
+    """(kernel count, architectures) from prewarm's summary line."""
+    m = re.search(r"prewarmed (\d+) kernels for ([\w, ]+) in", stdout)
+    assert m, stdout
+    return int(m.group(1)), m.group(2)
+
+
+def test_lists_are_accepted_with_commas_and_repetition(cache_dir):
+    from cuopjit.prewarm import kernels_to_build, representative_plans
+    expected = len(kernels_to_build(representative_plans(["relu", "scal"], None, ["sm_80"])))
+    out = cuopjit("prewarm", "--arch", "sm_80", "--op", "relu,scal", "--op", "relu", "--dtype", "float32,float64",
+                  "--dtype", "float64", "--quiet", cache_dir=cache_dir)
+    assert out.returncode == 0, out.stderr
+    assert _prewarmed(out.stdout) == (expected, "sm_80")
+    out = cuopjit("prewarm", "--arch", "sm_80", "--arch", "sm_90,sm_80", "--op", "relu", "--dtype", "float32",
+                  "--quiet", cache_dir=cache_dir)
+    assert _prewarmed(out.stdout)[1] == "sm_80, sm_90"
+
+
+def test_arch_variable_holds_the_default_list(cache_dir):
+    out = cuopjit("prewarm", "--op", "relu", "--dtype", "float32", "--quiet", cache_dir=cache_dir,
+                  env={"CUOPJIT_ARCH": "sm_80,sm_90"})
+    assert out.returncode == 0, out.stderr
+    assert _prewarmed(out.stdout)[1] == "sm_80, sm_90"
+
+
+def test_architectures_below_the_minimum_are_refused_up_front(cache_dir):
+    out = cuopjit("prewarm", "--arch", "sm_75", "--op", "gemm", cache_dir=cache_dir)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("cuopjit prewarm: error: --arch sm_75 is older than sm_80, the oldest architecture "
+                                 "cuopjit supports: choose from sm_80, ")
+    info = cuopjit("info")
+    targets = re.search(r"nvrtc_targets: (.*)", info.stdout).group(1).split()
+    assert targets[0] == "sm_80" and "sm_75" not in targets
+
+
+def test_prewarm_says_how_many_were_stored(cache_dir):
+    out = cuopjit("prewarm", "--arch", "sm_80", "--op", "relu", "--dtype", "float32", "--quiet", cache_dir=cache_dir)
+    n, _ = _prewarmed(out.stdout)
+    assert out.returncode == 0 and f": {n} compiled, 0 already cached; {n} stored in {cache_dir}\n" in out.stdout
+    assert len(list((cache_dir / "kernels").iterdir())) == n
+
+
+def test_prewarm_fails_when_nothing_reaches_the_cache(cache_dir, monkeypatch, capsys):
+    from cache_fakes import fill_disk
+    from cuopjit.cli import main
+    from cuopjit.config import get_default_global_jit_config
+    monkeypatch.setattr(get_default_global_jit_config(), "cache_dir", None)  # prewarm --cache-dir sets it
+    fill_disk(monkeypatch)
+    rc = main(["prewarm", "--arch", "sm_80", "--op", "relu", "--dtype", "float32", "--quiet",
+               "--cache-dir", str(cache_dir)])
+    out, err = capsys.readouterr()
+    n, _ = _prewarmed(out)
+    assert rc == 1 and f"{n} compiled, 0 already cached; 0 stored in {cache_dir}" in out
+    assert err.splitlines()[-1] == (f"cuopjit prewarm: error: {n} of {n} compiled kernels could not be stored: "
+                                    f"{cache_dir} is not writable (No space left on device); fix its permissions "
+                                    "(chown/chmod) or free space, or set CUOPJIT_CACHE_DIR (or pass --cache-dir) to "
+                                    "a directory you can write")
+
+
+def test_prewarm_bundle_holds_only_what_this_prewarm_built_or_needed(cache_dir, tmp_path):
+    from cache_fakes import fake_cubin, make_spec
+    from cuopjit.cache import KernelCache
+    KernelCache(cache_dir).get_or_build(make_spec(1), lambda: fake_cubin(make_spec(1)))
+    names = []
+    for run in ("built", "needed"):
+        bundle = tmp_path / f"{run}.tar.gz"
+        out = cuopjit("prewarm", "--arch", "sm_80", "--op", "relu", "--dtype", "float32", "--quiet",
+                      "--bundle", str(bundle), cache_dir=cache_dir)
+        assert out.returncode == 0, out.stderr
+        n, _ = _prewarmed(out.stdout)
+        assert f"bundle written to {bundle} ({n} entries)" in out.stdout
+        with tarfile.open(bundle) as tar:
+            names.append(sorted(e["name"] for e in json.load(tar.extractfile("manifest.json"))["entries"]))
+        assert len(names[-1]) == n and all(name.startswith("relu_f32_") for name in names[-1])
+    assert names[0] == names[1]
+
+
+@pytest.mark.parametrize("bundle, message", [
+    ("missing/k.tar.gz", "the directory {tmp}/missing does not exist; create it first"),
+    ("", "it is a directory; name a file such as kernels.tar.gz"),
+], ids=["missing-directory", "a-directory"])
+def test_prewarm_bundle_path_is_checked_before_compiling(cache_dir, tmp_path, bundle, message):
+    target = tmp_path / bundle
+    out = cuopjit("prewarm", "--arch", "sm_80", "--op", "gemm", "--bundle", str(target), cache_dir=cache_dir)
+    assert (out.returncode, out.stdout) == (1, "")
+    assert out.stderr == f"cuopjit prewarm: error: cannot write the bundle {target}: " \
+                         f"{message.format(tmp=tmp_path)}\n"
+    assert not (cache_dir / "kernels").exists()
+
+
+def test_jobs_must_be_positive(cache_dir):
+    out = cuopjit("prewarm", "--arch", "sm_80", "--jobs", "-1", cache_dir=cache_dir)
+    assert out.returncode == 2 and out.stderr == ("cuopjit prewarm: error: --jobs -1 is not allowed: give the number "
+                                                  "of parallel compiles, 1 or more (0: max_compilation_threads)\n")
+
+
+def test_ctrl_c_exits_130_with_one_line(cache_dir):
+    env = {"PATH": "/usr/bin:/bin", "CUOPJIT_CACHE_DIR": str(cache_dir)}
+    proc = subprocess.Popen([sys.executable, "-m", "cuopjit", "prewarm", "--arch", "sm_90", "--jobs", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().startswith("[1/")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (130, "cuopjit prewarm: interrupted\n")
+
+
+def test_version_and_python_dash_m():
+    import cuopjit as package
+    out = subprocess.run([sys.executable, "-m", "cuopjit", "--version"], capture_output=True, text=True)
+    assert (out.returncode, out.stdout) == (0, f"cuopjit {package.__version__}\n")
+    out = subprocess.run([sys.executable, "-m", "cuopjit", "show", "relu"], capture_output=True, text=True)
+    assert out.returncode == 0 and 'extern "C" __global__' in out.stdout
+

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
+import numpy as np
 import pytest
 
 import cuopjit
@@ -36,13 +38,33 @@ def test_bad_jit_values_name_field_value_and_choices(field, value, message):
         setattr(cfg, field, value)
 
 
+@pytest.mark.parametrize("field, value, stored", [("block_size", 256.0, 256), ("tile_size", 64.0, 64),
+                                                  ("tile_size", np.int64(32), 32), ("max_registers", 64.0, 64)])
+def test_integral_floats_become_ints(field, value, stored):
+    cfg = cuopjit.JITConfig()
+    setattr(cfg, field, value)
+    assert getattr(cfg, field) == stored and type(getattr(cfg, field)) is int
+    assert f"{field}={stored}" in str(cfg.snapshot())
+
+
+@pytest.mark.parametrize("field, value", [("tile_size", 64.5), ("block_size", 256.25), ("block_size", "256"),
+                                          ("tile_size", float("inf")), ("max_registers", 64.5),
+                                          ("tile_size", True)])
+def test_non_integral_sizes_are_rejected(field, value):
+    with pytest.raises(ValueError, match=rf"{field}={re.escape(repr(value))} is not allowed: it must be a whole "
+                                         "number"):
+        setattr(cuopjit.JITConfig(), field, value)
+
+
 def test_unknown_field_is_rejected():
     with pytest.raises(AttributeError, match="JITConfig has no field 'tile'"):
         cuopjit.JITConfig().tile = 64
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("compilation_timeout", -1, r"compilation_timeout=-1 is not allowed: it must be seconds > 0"),
+    ("compilation_timeout", -1, r"compilation_timeout=-1 is not allowed: it must be a finite number of seconds > 0"),
+    ("compilation_timeout", float("nan"), r"compilation_timeout=nan is not allowed: it must be a finite number of "),
+    ("compilation_timeout", float("inf"), r"compilation_timeout=inf is not allowed: it must be a finite number of "),
     ("max_compilation_threads", 0, r"max_compilation_threads=0 is not allowed: it must be an integer from 1"),
     ("max_cache_size", "lots", r"size 'lots' is not understood"),
     ("enable_caching", "yes", r"enable_caching='yes' is not allowed: it must be True or False"),
@@ -69,13 +91,35 @@ def test_cache_dir_comes_from_env_then_platformdirs(tmp_path):
         assert "cuopjit" in str(g.resolved_cache_dir())
 
 
-def test_env_values_are_validated():
-    with scoped_env(log="loud"), pytest.raises(ValueError, match="CUOPJIT_LOG='loud' is not understood"):
-        environment()
+def test_env_values_are_validated_where_they_are_used():
+    with scoped_env(log="loud"):
+        env = environment()
+        assert env.log == "warning" and ("CUOPJIT_LOG", "loud") in env.variables
+        assert env.problem("CUOPJIT_LOG") == "CUOPJIT_LOG='loud' is not understood: use one of debug, info, " \
+                                             "warning, error"
+        env.require("CUOPJIT_DEBUG")
+        with pytest.raises(ValueError, match="CUOPJIT_LOG='loud' is not understood"):
+            env.require("CUOPJIT_LOG")
     with scoped_env(max_cache_size="3G"):
         assert environment().max_cache_size == 3 << 30
+    with scoped_env(max_cache_size="lots"), pytest.raises(ValueError, match="CUOPJIT_MAX_CACHE_SIZE: size 'lots'"):
+        cuopjit.GlobalJITConfig().resolved_max_cache_size()
     with scoped_env(debug="maybe"), pytest.raises(ValueError, match="CUOPJIT_DEBUG='maybe' is not understood"):
-        environment()
+        cuopjit.GlobalJITConfig().debug()
+
+
+@pytest.mark.parametrize("value, archs", [("sm_80", ("sm_80",)), ("sm_80,sm_90", ("sm_80", "sm_90")),
+                                          (" sm_90a , sm_80,sm_90a", ("sm_90a", "sm_80"))])
+def test_arch_env_holds_a_comma_list(value, archs):
+    with scoped_env(arch=value):
+        assert environment().arch == archs and environment().problem("CUOPJIT_ARCH") is None
+
+
+def test_bad_arch_env_is_a_problem_not_an_exception():
+    with scoped_env(arch="ampere"):
+        env = environment()
+    assert env.arch == () and env.problem("CUOPJIT_ARCH") == (
+        "CUOPJIT_ARCH='ampere' is not understood: write one architecture or a comma list, e.g. sm_80 or sm_80,sm_90")
 
 
 def test_snapshot_is_frozen_and_hashable():

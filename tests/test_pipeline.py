@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 
+import cuopjit
 from cuopjit import CompileError, kernels
 from cuopjit.prewarm import representative_plans
 
@@ -83,3 +84,12 @@ def test_an_empty_nvrtc_log_leaves_python_intact(monkeypatch):
                                  compiler.CompileOptions("sm_90"))
     assert out.log == "" and out.cubin[:4] == b"\x7fELF"
     assert b" "[0] == 32 and " ".encode()[0] == 32   # the shared singleton still holds a space
+
+
+def test_get_device_without_a_gpu_raises_what_still_works():
+    if cuopjit.get_device_count():
+        assert 0 <= cuopjit.get_device() < cuopjit.get_device_count()
+        return
+    with pytest.raises(cuopjit.NoDeviceError, match=r"cuopjit can still render, compile and prewarm kernels without "
+                                                    r"one \(e.g. `cuopjit prewarm --arch sm_90`\)"):
+        cuopjit.get_device()

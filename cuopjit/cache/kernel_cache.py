@@ -10,13 +10,13 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Collection, Iterator
 
 from ..config import get_default_global_jit_config
 from ..log import logger, warn_once
-from . import bundle, entry, evict, fsio, maintain
+from . import access, bundle, entry, evict, fsio, maintain
 from .entry import EntryError, EntrySpec
-from .layer import Layer, UntrustedError, first_record, record_file_name
+from .layer import Layer, UntrustedError, first_record, record_file_name, usable_layers
 from .stats import COUNTERS, CacheStats, StatsFile
 
 _INVALID = "invalidated"
@@ -51,12 +51,21 @@ class KernelCache:
     @property
     def writable(self) -> bool:
         """Whether entries are currently stored on disk."""
-        return self.layer is not None and self.layer.writable and not self.layer.dir_problem()
+        return self.problem() is None
+
+    def problem(self) -> str | None:
+        """Why compiled kernels are not stored on disk now (a sentence naming the directory), or None."""
+        if self.layer is None:
+            return "caching is switched off (GlobalJITConfig.enable_caching is False)"
+        return self.layer.problem()
+
+    def persisted(self, key: str) -> bool:
+        """Whether the entry with this key was loaded from, or stored into, a directory layer by this process."""
+        return key in self._origin
 
     def max_size(self) -> int:
         """The size cap: this cache's own, else GlobalJITConfig / CUOPJIT_MAX_CACHE_SIZE (4 GiB)."""
         return self._max_size or get_default_global_jit_config().resolved_max_cache_size()
-
 
     def get_or_build(self, spec: EntrySpec, build: Callable[[], bytes]) -> tuple[bytes, bool]:
         """The cubin for `spec`, and True when it came from a cache layer (False: `build()` ran here)."""
@@ -91,14 +100,12 @@ class KernelCache:
 
     def _lookup(self, spec: EntrySpec) -> bytes | None:
         if self.readonly and not (self.readable and first_record((self.layer,), _INVALID, spec.key)):
-            for layer in self.readonly:
+            for layer in usable_layers(self.readonly):
                 if (cubin := self._load(layer, spec)) is not None:
                     return cubin
-        if self.layer is not None and (problem := self.layer.dir_problem()):
-            warn_once(f"untrusted:{self.layer.root}", f"cache: {problem}; until then compiled kernels are kept "
-                      "in memory only")
+        if self.layer is None or not usable_layers((self.layer,)):
             return None
-        return self._load(self.layer, spec) if self.layer is not None else None
+        return self._load(self.layer, spec)
 
     def _load(self, layer: Layer, spec: EntrySpec) -> bytes | None:
         """Read and verify one layer's entry; a bad entry is rejected (moved aside when writable)."""
@@ -153,7 +160,6 @@ class KernelCache:
         with stack:
             yield locked
 
-
     def _store(self, spec: EntrySpec, cubin: bytes, seconds: float) -> None:
         data, stored = entry.encode(spec, cubin, created=time.time()), False
         if self.writable:
@@ -163,6 +169,8 @@ class KernelCache:
             except OSError as exc:
                 self._writes_failed(exc)
         if not stored:
+            if self.layer is not None:
+                self.layer.warn_unusable()
             self._count(compiles=1, compile_seconds=seconds)
             return
         self._origin[spec.key] = self.layer
@@ -178,10 +186,8 @@ class KernelCache:
     def _writes_failed(self, exc: OSError) -> None:
         """A write failed: a full, read-only or forbidden disk turns this cache memory-only for the process."""
         if exc.errno in fsio.NOT_WRITABLE:
-            self.layer.writable = False
-            warn_once(f"readonly:{self.layer.root}", f"cache: {self.layer.root} is not writable "
-                      f"({exc.strerror or exc}); compiled kernels are kept in memory for this process only. "
-                      "Free space, fix the permissions, or set CUOPJIT_CACHE_DIR to a writable directory")
+            self.layer.writes_failed(f"{self.layer.root} is not writable ({exc.strerror or exc})")
+            self.layer.warn_unusable()
         else:
             warn_once(f"writefail:{self.layer.root}", f"cache: could not store in {self.layer.root} ({exc}); "
                       "the kernel stays in memory for this process")
@@ -199,7 +205,6 @@ class KernelCache:
         except OSError as exc:
             self._writes_failed(exc)
             return None
-
 
     def invalidate(self, spec: EntrySpec, reason: str) -> None:
         """The driver rejected this cubin: move the entry aside, count it, warn once; the next lookup rebuilds.
@@ -221,7 +226,7 @@ class KernelCache:
     def load_record(self, kind: str, key: str) -> dict | None:
         """A small JSON record (e.g. an autotuning timing): memory, then the writable layer, then read-only."""
         if (value := self._records.get((kind, key))) is None:
-            value = first_record(((self.layer,) if self.readable else ()) + self.readonly, kind, key)
+            value = first_record(tuple(usable_layers(self.layers())), kind, key)
             if value is not None:
                 self._records[(kind, key)] = value
         return value
@@ -239,7 +244,6 @@ class KernelCache:
         except OSError as exc:
             self._writes_failed(exc)
 
-
     def prune(self, max_size: int) -> evict.PruneResult:
         """Evict least-recently-used entries until the writable layer holds at most `max_size` bytes."""
         if not self.writable:
@@ -251,13 +255,13 @@ class KernelCache:
             logger().debug("cache evicted %d entries (%d bytes)", result.evicted, result.freed)
         return result
 
-    def layers(self) -> list[Layer]:
-        """The directory layers, writable first."""
-        return ([self.layer] if self.layer else []) + list(self.readonly)
+    def layers(self, usable: bool = False) -> list[Layer]:
+        """The directory layers, writable first; `usable` drops (and warns once about) unreadable read-only ones."""
+        return ([self.layer] if self.layer else []) + (usable_layers(self.readonly) if usable else list(self.readonly))
 
     def entries(self) -> list[maintain.EntryInfo]:
-        """Every entry on disk (all layers), most recently used first."""
-        return maintain.list_entries(self.layers())
+        """Every entry on disk (all usable layers), most recently used first."""
+        return maintain.list_entries(self.layers(usable=True))
 
     def verify(self, fix: bool = False) -> maintain.VerifyReport:
         """Check every entry fully; with `fix`, move bad ones aside (counted as rejected) and drop stale temp files."""
@@ -277,15 +281,14 @@ class KernelCache:
         self._stats.reset()
         return removed
 
-    def export_bundle(self, path: str | os.PathLike) -> bundle.BundleResult:
-        """Write every valid entry and record (all layers) into a portable bundle file."""
-        return bundle.export_bundle(self.layers(), path)
+    def export_bundle(self, path: str | os.PathLike, keys: Collection[str] | None = None) -> bundle.BundleResult:
+        """Write every valid entry and record (all layers), or only the entries with `keys`, into a bundle file."""
+        return bundle.export_bundle(self.layers(usable=True), path, keys)
 
     def import_bundle(self, path: str | os.PathLike) -> bundle.BundleResult:
         """Verify and atomically install a bundle's entries and records into the writable layer."""
-        if not self.writable:
-            raise bundle.BundleError(f"cannot import {path}: the cache {self.directory or '(memory only)'} is not "
-                                     "writable; pass --cache-dir or set CUOPJIT_CACHE_DIR to a writable directory")
+        if problem := self.problem():
+            raise bundle.BundleError(f"cannot import {path}: {problem}; {access.FIX}")
         result = bundle.import_bundle(self.layer, path)
         self.prune(self.max_size())
         return result

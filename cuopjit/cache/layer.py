@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..log import warn_once
-from . import entry, fsio, trust
+from . import access, entry, fsio, trust
 from .entry import SUFFIX, EntrySpec
 
 _SAFE = re.compile(r"[A-Za-z0-9_.+-]{1,100}")
@@ -58,18 +58,53 @@ class Layer:
         self.locks = self.root / "locks"
         self.rejected = self.root / "rejected"
         self.stats_path = self.root / "stats.json"
+        self._must_exist = not writable
         self._dir_problem: str | None | bool = False
+        self._write_problem: str | None | bool = False
         self._made = False
 
     def __repr__(self) -> str:
         return f"Layer({str(self.root)!r}, writable={self.writable})"
 
     def dir_problem(self) -> str | None:
-        """Why this layer's directories must not be trusted, or None (checked once per process)."""
+        """Why this layer must not be read: unreachable, not a directory, or not to be trusted (checked once)."""
         if self._dir_problem is False:
-            self._dir_problem = next(filter(None, (trust.check_path(d) for d in (self.root, self.kernels,
-                                                                                 self.records))), None)
+            self._dir_problem = self.access_problem() or next(filter(None, (
+                trust.check_path(d) for d in (self.root, self.kernels, self.records))), None)
         return self._dir_problem
+
+    def access_problem(self) -> str | None:
+        """Why this layer's directories cannot be read at all (a read-only layer must also exist), or None."""
+        return access.read_problem(self.root, (self.kernels, self.records), must_exist=self._must_exist)
+
+    def write_problem(self) -> str | None:
+        """Why entries cannot be written into this layer, or None (checked once per process)."""
+        if self._write_problem is False:
+            self._write_problem = (access.write_problem(self.root, (self.kernels, self.records, self.locks))
+                                   if self.writable else f"{self.root} is a read-only layer")
+        return self._write_problem
+
+    def problem(self) -> str | None:
+        """Why this layer cannot be used as configured (read; the writable layer also written), or None."""
+        return self.dir_problem() or (None if self._must_exist else self.write_problem())
+
+    def warn_unusable(self) -> None:
+        """Warn once per process that this layer is skipped (read-only) or leaves kernels in memory, and why."""
+        if not (problem := self.problem()):
+            return
+        if self._must_exist:
+            text = f"cache: skipping the read-only layer {self.root} (CUOPJIT_CACHE_READONLY): {problem}"
+        elif self.access_problem() is None and self.dir_problem():
+            text = f"cache: {problem}; until then compiled kernels are kept in memory only"
+        else:
+            text = (f"cache: {problem}; compiled kernels are kept in memory for this process only. To keep them "
+                    f"on disk, {access.FIX}")
+        warn_once(f"unusable:{self.root}", text)
+
+    def writes_failed(self, problem: str) -> None:
+        """Stop writing into this layer for the rest of the process, because of `problem`."""
+        self.writable = False
+        self._write_problem = problem
 
     def ensure_dirs(self) -> None:
         """Create the layout (mode 0o700) before the first write."""
@@ -184,6 +219,14 @@ class Layer:
             for kind_dir in sorted(self.records.iterdir()):
                 for p in sorted(kind_dir.glob("*.json")):
                     yield kind_dir.name, p
+
+
+def usable_layers(layers: tuple[Layer, ...] | list[Layer]) -> list[Layer]:
+    """`layers` less those that cannot be read (each of those is warned about once per process)."""
+    for layer in layers:
+        if layer.dir_problem():
+            layer.warn_unusable()
+    return [layer for layer in layers if not layer.dir_problem()]
 
 
 def first_record(layers: tuple[Layer, ...], kind: str, key: str) -> dict | None:

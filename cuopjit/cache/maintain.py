@@ -65,7 +65,8 @@ def verify(layers: list[Layer], fix: bool = False) -> VerifyReport:
                 report.ok += 1
             except (EntryError, UntrustedError, OSError) as exc:
                 reason = getattr(exc, "reason", "untrusted" if isinstance(exc, UntrustedError) else "unreadable")
-                report.bad.append((str(f.path), f"{reason}: {exc}" if reason != "untrusted" else str(exc)))
+                text = f"unreadable: {exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+                report.bad.append((str(f.path), text))
                 if fix and layer.writable and layer.move_aside(f.path, reason):
                     report.moved += 1
         if fix and layer.writable:

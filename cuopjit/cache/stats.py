@@ -70,7 +70,8 @@ class StatsFile:
 
     def reset(self) -> None:
         """Zero every counter (`cuopjit cache clear`); the size estimate becomes unknown."""
-        self._update(lambda t: {**dict.fromkeys(COUNTERS, 0), "approx_bytes": -1})
+        with contextlib.suppress(FileNotFoundError):  # no cache directory yet: nothing to reset
+            self._update(lambda t: {**dict.fromkeys(COUNTERS, 0), "approx_bytes": -1})
 
     def _update(self, change) -> dict[str, float]:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)

@@ -1,0 +1,55 @@
+"""Where a benchmark writes its results, so that a run without a GPU never replaces recorded GPU figures.
+
+Every script writes through `save_json`. A run on a machine without a GPU (benchmarks/cache.py
+still measures compiles and disk hits there) does not replace a file that holds a GPU run's
+results: it writes `<name>.no-gpu.json` beside it and says so. Scripts that measure nothing
+without a GPU call `require_gpu` first and stop before they time or write anything.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+NO_GPU_SUFFIX = ".no-gpu.json"
+
+
+def has_gpu() -> bool:
+    """Whether the CUDA driver sees at least one GPU (False without a driver)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import cuopjit
+    return cuopjit.get_device_count() > 0
+
+
+def require_gpu(script: str) -> None:
+    """Stop with a one-line reason when there is no GPU: `script` measures nothing without one."""
+    if not has_gpu():
+        raise SystemExit(f"{script} times kernels on an NVIDIA GPU and none was found; nothing was measured or "
+                         f"written (recorded results stay in {RESULTS})")
+
+
+def recorded_on_gpu(path: Path) -> bool:
+    """Whether `path` holds results of a run that had a GPU: every result file but one marked "gpu": false."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return not (isinstance(data, dict) and data.get("gpu") is False)
+
+
+def save_json(path: str | os.PathLike, result: dict, gpu: bool) -> Path:
+    """Write `result` plus {"gpu": gpu} as JSON to `path`; a GPU-less run never replaces GPU results there.
+
+    Returns the file written: `path`, or `<name>.no-gpu.json` beside it (the printed line says which).
+    """
+    path = Path(path)
+    target = path
+    if not gpu and recorded_on_gpu(path):
+        target = path.with_name(path.name.removesuffix(".json") + NO_GPU_SUFFIX)
+        print(f"no GPU here: {path} keeps its recorded GPU results; this run goes to {target}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps({**result, "gpu": gpu}, indent=1))
+    print(f"results written to {target}")
+    return target

@@ -1,0 +1,6 @@
+"""`python -m cuopjit`: the `cuopjit` command."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

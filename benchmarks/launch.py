@@ -108,7 +108,7 @@ def main() -> None:
                "cuopjit forward (current stream)": per_call_us(lambda: op.forward(*args), ns.calls),
                "cuopjit JIT wrapper forward (stream given)": per_call_us(
                    lambda: jit.forward(*args, stream=core_stream), ns.calls),
-               "cuopjit prepared Launch": per_call_us(lambda: launch(pointers, core_stream.handle), ns.calls)}
+               "cuopjit prepared Launch": per_call_us(lambda: launch(pointers, int(core_stream.handle)), ns.calls)}
     try:
         kernel = ObjectCode.from_cubin(cubin).get_kernel(spec.kernel)
         cfg = LaunchConfig(grid=launch.kl.grid, block=launch.kl.block, shmem_size=launch.kl.shared)

@@ -1,8 +1,9 @@
 """Host time per cached launch of a tiny op: cuopjit vs CuPy RawKernel vs cuda.core.launch, same cubin.
 
-Each method launches the same kernel with the same arguments. Calls are timed in batches of
-500 (below the driver's launch-queue depth, so the GPU never throttles the host), with a
-synchronize between batches that is not timed; the figure is the median per-call host time.
+Each method launches the same kernel with the same arguments on the same stream. Calls are timed
+in batches of 500 (below the driver's launch-queue depth, so the GPU never throttles the host),
+the methods interleaved batch by batch (the host's drift hits them alike), with an untimed
+synchronize between batches; the figure is each method's median per-call host time.
 
     python benchmarks/launch.py [--op relu|gemm] [--calls 100000] [--out benchmarks/results/launch_<op>.json]
 
@@ -21,25 +22,28 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import cuopjit  # noqa: E402
-from cuopjit import driver, kernels  # noqa: E402
+from cuopjit import driver, executor, kernels  # noqa: E402
 from results_io import require_gpu, save_json  # noqa: E402
 
 BATCH = 500
 
 
-def per_call_us(fn, calls: int) -> float:
-    """Median host microseconds per call over batches of BATCH calls."""
-    for _ in range(BATCH):
-        fn()
-    cuopjit.synchronize()
-    samples = []
-    for _ in range(max(1, calls // BATCH)):
-        t0 = time.perf_counter_ns()
+def per_call_us(methods: dict, calls: int) -> dict:
+    """Median host microseconds per call of each method, interleaved: every round times one batch of
+    BATCH calls of each method in turn, so the host's drift over the run hits all methods alike."""
+    for fn in methods.values():
         for _ in range(BATCH):
             fn()
-        samples.append((time.perf_counter_ns() - t0) / BATCH / 1e3)
-        cuopjit.synchronize()
-    return statistics.median(samples)
+    cuopjit.synchronize()
+    samples: dict = {name: [] for name in methods}
+    for _ in range(max(1, calls // BATCH)):
+        for name, fn in methods.items():
+            t0 = time.perf_counter_ns()
+            for _ in range(BATCH):
+                fn()
+            samples[name].append((time.perf_counter_ns() - t0) / BATCH / 1e3)
+            cuopjit.synchronize()
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def tiny_op(name: str):
@@ -94,40 +98,36 @@ def main() -> None:
 
     op, args = tiny_op(ns.op)
     op.forward(*args, stream=core_stream)
-    _, pointers, _ = op._bind(*args)
-    launch = next(iter(op._plans.values()))
-    spec = launch.kl.spec
+    _, pointers, _ = op.bind(*args)
+    run = next(iter(op._default_plans.values()))     # what forward calls: the launch's closure
+    first = executor.runner_of(run).launches[0]
+    kl, spec = first.kl, first.kl.spec
     cubin, _ = kernels.build(spec, dev.arch)
-    targs = typed_args(launch, pointers)
+    targs = typed_args(first, pointers)
     jit = getattr(cuopjit, "JIT" + type(op).__name__)(op)
     jit.forward(*args, stream=core_stream)
     jit.get_performance_profile()
     jit.forward(*args, stream=core_stream)         # the timed call after a profile read; later calls are untimed
 
-    results = {"cuopjit forward (stream given)": per_call_us(lambda: op.forward(*args, stream=core_stream), ns.calls),
-               "cuopjit forward (current stream)": per_call_us(lambda: op.forward(*args), ns.calls),
-               "cuopjit JIT wrapper forward (stream given)": per_call_us(
-                   lambda: jit.forward(*args, stream=core_stream), ns.calls),
-               "cuopjit prepared Launch": per_call_us(lambda: launch(pointers, int(core_stream.handle)), ns.calls)}
-    try:
-        kernel = ObjectCode.from_cubin(cubin).get_kernel(spec.kernel)
-        cfg = LaunchConfig(grid=launch.kl.grid, block=launch.kl.block, shmem_size=launch.kl.shared)
-        core_dev.set_current()
-        results["cuda.core launch"] = per_call_us(lambda: core_launch(core_stream, cfg, kernel, *targs), ns.calls)
-        driver.get_device().make_current()
-    except Exception as exc:  # report, keep the other figures
-        results["cuda.core launch"] = f"failed: {exc}"
+    s = int(core_stream.handle)
+    methods = {"cuopjit forward (stream given)": lambda: op.forward(*args, stream=core_stream),
+               "cuopjit forward (current stream)": lambda: op.forward(*args),
+               "cuopjit JIT wrapper forward (stream given)": lambda: jit.forward(*args, stream=core_stream),
+               "cuopjit prepared launch": lambda: run(pointers, s)}
+    failed = {}
+    kernel = ObjectCode.from_cubin(cubin).get_kernel(spec.kernel)
+    cfg = LaunchConfig(grid=kl.grid, block=kl.block, shmem_size=kl.shared)
+    methods["cuda.core launch"] = lambda: core_launch(core_stream, cfg, kernel, *targs)
     try:
         import cupy
         with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
             f.write(cubin)
         fn = cupy.RawModule(path=f.name).get_function(spec.kernel)
-        grid, block = launch.kl.grid, launch.kl.block
-        results["CuPy RawKernel"] = per_call_us(lambda: fn(grid, block, tuple(targs), shared_mem=launch.kl.shared),
-                                                ns.calls)
+        methods["CuPy RawKernel"] = lambda: fn(kl.grid, kl.block, tuple(targs), shared_mem=kl.shared)
         os.unlink(f.name)
-    except Exception as exc:
-        results["CuPy RawKernel"] = f"failed: {exc}"
+    except Exception as exc:  # report, keep the other figures
+        failed["CuPy RawKernel"] = f"failed: {exc}"
+    results = {**per_call_us(methods, ns.calls), **failed}
     results["graph replay, per kernel of 100"] = graph_replay_us(op, args)
 
     core = results.get("cuda.core launch")

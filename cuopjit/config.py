@@ -145,6 +145,7 @@ class GlobalJITConfig:
         else:
             _check_bool(name, value)
         object.__setattr__(self, name, value)
+        _GENERATION[0] += 1
 
     def resolved_cache_dir(self) -> Path:
         """Where the writable cache layer lives: this config, CUOPJIT_CACHE_DIR, then platformdirs."""
@@ -174,6 +175,12 @@ class GlobalJITConfig:
 
 
 _GLOBAL_FIELDS = tuple(f.name for f in dataclasses.fields(GlobalJITConfig))
+_GENERATION = [0]   # bumped by every GlobalJITConfig assignment
+
+
+def global_generation() -> int:
+    """A counter every GlobalJITConfig assignment bumps: JIT wrappers rebuild their settings only when it moved."""
+    return _GENERATION[0]
 
 
 @dataclass(frozen=True)

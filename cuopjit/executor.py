@@ -49,8 +49,8 @@ class Runner:
 def load(plan: Plan, ordinal: int, settings: RunSettings) -> Callable[[tuple, int], None]:
     """The plan's kernels loaded (or built) on device `ordinal`, packed for launching.
 
-    A plan of one launch and no workspace returns that Launch itself (one call less per forward);
-    `.runner` on it, as on every Runner, gives the plan and its kernels.
+    A plan of one launch and no workspace returns that launch as a closure (`Launch.fast`: one call
+    less per forward); `runner_of` gives the Runner, with the plan and its kernels, for either.
     """
     launches, loaded = [], []
     for kl in plan.launches:
@@ -61,13 +61,15 @@ def load(plan: Plan, ordinal: int, settings: RunSettings) -> Callable[[tuple, in
     for launch in launches:
         launch.runner = runner
     if len(launches) == 1 and not plan.workspace:
-        return launches[0]
+        return launches[0].fast()
     return runner
 
 
 def runner_of(run: Callable) -> Runner:
-    """The Runner behind what `load` returned."""
-    return run if isinstance(run, Runner) else run.runner
+    """The Runner behind what `load` returned (a Runner, a Launch or a Launch's closure)."""
+    if isinstance(run, Runner):
+        return run
+    return getattr(run, "launch", run).runner
 
 
 NOTHING = Runner(Plan((), ()), -1, [], [])

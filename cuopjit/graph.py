@@ -40,7 +40,7 @@ class Graph:
         check(drv.cuStreamBeginCapture(self.stream.handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
               "cuStreamBeginCapture")
         self._previous = streams.current()
-        streams._tls.stream = self.stream.handle
+        streams.local.stream = self.stream.handle
         streams.set_relaxed_capture(True)
         _tls.depth = getattr(_tls, "depth", 0) + 1
         return self
@@ -49,7 +49,7 @@ class Graph:
         drv = driver._driver()
         _tls.depth -= 1
         streams.set_relaxed_capture(False)
-        streams._tls.stream = self._previous
+        streams.local.stream = self._previous
         err, graph = drv.cuStreamEndCapture(self.stream.handle)
         if exc_type is not None:
             if int(err) == 0:

@@ -11,7 +11,7 @@ import os
 from typing import Any, ClassVar
 
 from . import executor, streams
-from .config import JITConfig, get_default_global_jit_config
+from .config import JITConfig, get_default_global_jit_config, global_generation
 from .ops.base import Operator
 from .profile import EventPair, PerformanceProfile
 from .settings import DEFAULT, RunSettings
@@ -104,9 +104,9 @@ class JITWrapper:
 
     # --- running ------------------------------------------------------------------------------
     def _current_settings(self) -> RunSettings:
-        """This wrapper's settings under the global switches (rebuilt only when one of them changed)."""
+        """This wrapper's settings under the global switches (rebuilt only when a setter or one of them ran)."""
         glob = _GLOBAL
-        state = (self._version, glob.enable_jit, glob.enable_caching, glob.enable_auto_tuning)
+        state = (self._version, global_generation())
         if state != self._state:
             use_jit = self._jit and self._config.enable_jit and glob.enable_jit
             config = self._config.snapshot() if use_jit else DEFAULT.config
@@ -117,8 +117,14 @@ class JITWrapper:
 
     def forward(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
         """Run the wrapped operator under this wrapper's settings on `stream` (default: the current stream)."""
-        s = streams.current() if stream is None else streams.handle(stream)
-        run, pointers, result = self.operator._lookup(self._current_settings(), s, args, kwargs)
+        if stream is None:
+            s = streams.local.stream
+        elif type(stream) is int:
+            s = stream
+        else:
+            s = streams.handle(stream)
+        settings = self._settings if (self._version, global_generation()) == self._state else self._current_settings()
+        run, pointers, result = self.operator.prepared(settings, s, args, kwargs)
         if self._time_next:
             events = self._events
             if events is None:

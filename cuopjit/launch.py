@@ -97,6 +97,25 @@ class Launch:
         if err:
             self._recover(err, pointers, stream)
 
+    def fast(self) -> Callable[[tuple, int], None]:
+        """The same call as a closure over the prepared buffers: no attribute loads, no `__call__` dispatch.
+
+        Only for a launch whose pointer slots are the call's pointers in order (no gather)."""
+        if self._gather is not None:
+            return self
+        pack, buffer, calls, bind, recover = self._pack, self._buffer, self._calls, self._bind, self._recover
+
+        def launch(pointers: tuple, stream: int) -> None:
+            pack(buffer, 0, *pointers)
+            call = calls.get(stream)
+            if call is None:
+                call = bind(stream)
+            err = call()
+            if err:
+                recover(err, pointers, stream)
+        launch.launch = self
+        return launch
+
     def _recover(self, err: int, pointers: tuple, stream: int) -> None:
         """The slow path of a failed launch: a thread with no current context gets the kernel's, once."""
         device = self.function.device

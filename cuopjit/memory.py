@@ -123,7 +123,7 @@ def memory_context() -> Iterator[None]:
         for ref in _contexts.pop():
             tensor = ref()
             if tensor is not None:
-                tensor._release()
+                tensor.release()
         try:
             empty_cache()
         except ExecutionError:

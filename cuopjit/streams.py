@@ -13,8 +13,14 @@ from typing import Any, Iterator
 
 from .errors import check
 
-_tls = threading.local()
-_resolved: dict[Any, int] = {}    # stream objects seen -> handle (bounded)
+class _Current(threading.local):
+    """Per-thread current stream; the class attribute is every new thread's default (no attribute miss)."""
+    stream = 0
+    relaxed_capture = False
+
+
+local = _Current()                # this thread's current stream (`local.stream`), read on every forward
+_resolved: dict[int, tuple[Any, int]] = {}   # id(stream object) -> (the object, its handle); bounded
 _RESOLVED_KEPT = 256
 
 
@@ -56,19 +62,13 @@ def handle(stream: Any) -> int:
         return stream
     if isinstance(stream, Stream):
         return stream.handle
-    try:
-        found = _resolved.get(stream)
-    except TypeError:   # unhashable
-        found = None
-    if found is not None:
-        return found
+    seen = _resolved.get(id(stream))
+    if seen is not None and seen[0] is stream:   # the entry holds the object, so its id is not reused
+        return seen[1]
     found = _resolve(stream)
-    try:
-        if len(_resolved) >= _RESOLVED_KEPT:
-            _resolved.clear()
-        _resolved[stream] = found
-    except TypeError:
-        pass
+    if len(_resolved) >= _RESOLVED_KEPT:
+        _resolved.clear()
+    _resolved[id(stream)] = (stream, found)
     return found
 
 
@@ -96,18 +96,18 @@ def synchronize(s: int) -> None:
 
 def current() -> int:
     """The handle forwards use when given no stream: the innermost `with stream(...)`, else 0."""
-    return getattr(_tls, "stream", 0)
+    return local.stream
 
 
 @contextlib.contextmanager
 def use(stream: Any) -> Iterator[Any]:
     """`with cuopjit.stream(s):` makes s the current stream of this thread for forwards in the block."""
     previous = current()
-    _tls.stream = handle(stream)
+    local.stream = handle(stream)
     try:
         yield stream
     finally:
-        _tls.stream = previous
+        local.stream = previous
 
 
 def capturing(s: int) -> bool:
@@ -120,7 +120,7 @@ def capturing(s: int) -> bool:
 
 def check_not_capturing(s: int, op: str) -> None:
     """A forward that must still compile or load a kernel cannot do so inside a capture: say what to do."""
-    if getattr(_tls, "relaxed_capture", False) or s == 0:
+    if local.relaxed_capture or s == 0:
         return
     if capturing(s):
         raise RuntimeError(f"{op}: this forward's kernels are not loaded yet, and loading them inside a CUDA "
@@ -130,4 +130,4 @@ def check_not_capturing(s: int, op: str) -> None:
 
 def set_relaxed_capture(on: bool) -> None:
     """cuopjit.graph() captures in relaxed mode, where loading a kernel during capture is allowed."""
-    _tls.relaxed_capture = on
+    local.relaxed_capture = on

@@ -77,7 +77,8 @@ class Tensor:
         return self.shape[0] if self.shape else 1
 
     # --- lifetime ---------------------------------------------------------------------------
-    def _release(self) -> None:
+    def release(self) -> None:
+        """Give the device memory back now (stream-ordered on the default stream); later use raises."""
         if self._owns and self.ptr:
             memory.release(self.ptr, self._nbytes, self.device)
         self.ptr, self._owns, self._owner = 0, False, None
@@ -86,18 +87,19 @@ class Tensor:
 
     def __del__(self) -> None:
         try:
-            self._release()
+            self.release()
         except Exception:  # interpreter shutdown: the driver may be gone already
             pass
 
     # --- data movement ----------------------------------------------------------------------
-    def _live(self) -> None:
+    def ensure_live(self) -> None:
+        """Raise ValueError when this tensor's memory was released (its memory_context ended)."""
         if self.ptr == 0 and self._nbytes:
             raise ValueError(f"{self!r} was released (its memory_context ended); create a new tensor")
 
     def copy_from(self, src: Any) -> "Tensor":
         """Copy from a NumPy array (host→device) or another Tensor (device→device); shapes must match."""
-        self._live()
+        self.ensure_live()
         drv = driver._driver()
         driver.get_device(self.device)
         if isinstance(src, Tensor):
@@ -115,7 +117,7 @@ class Tensor:
 
     def to_numpy(self) -> np.ndarray:
         """A host copy (waits for the work queued before it)."""
-        self._live()
+        self.ensure_live()
         out = np.empty(self.shape, dtype=self.dtype)
         if self._nbytes:
             driver.get_device(self.device)
@@ -124,7 +126,7 @@ class Tensor:
 
     def fill(self, value: float) -> "Tensor":
         """Set every element to `value` (NaN and inf included)."""
-        self._live()
+        self.ensure_live()
         if not self._nbytes:
             return self
         drv = driver._driver()
@@ -141,7 +143,7 @@ class Tensor:
 
     def zero(self) -> "Tensor":
         """Set every element to 0."""
-        self._live()
+        self.ensure_live()
         if self._nbytes:
             driver.get_device(self.device)
             check(driver._driver().cuMemsetD8Async(self.ptr, 0, self._nbytes, _STREAM), "cuMemsetD8Async")
@@ -157,14 +159,14 @@ class Tensor:
     # --- interop ----------------------------------------------------------------------------
     @property
     def __cuda_array_interface__(self) -> dict:
-        self._live()
+        self.ensure_live()
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
                 "version": 3, "strides": None, "stream": 1}
 
     def _memory_view(self):
         from cuda.core import Buffer
         from cuda.core.utils import StridedMemoryView
-        self._live()
+        self.ensure_live()
         buf = Buffer.from_handle(self.ptr, self._nbytes, owner=self)
         return StridedMemoryView.from_buffer(buf, self.shape, dtype=self.dtype)
 

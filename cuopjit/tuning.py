@@ -79,7 +79,7 @@ def fastest(op: Any, problem: Any, choices: Sequence[Any], settings: RunSettings
     if missing:
         trial_args = tuple(_copy(a) for a in args)
         trial_kwargs = {k: _copy(v) for k, v in kwargs.items()}
-        _, pointers, _ = op._bind(*trial_args, **trial_kwargs)
+        _, pointers, _ = op.bind(*trial_args, **trial_kwargs)
         ordinal = driver.current_ordinal()
         for label in missing:
             run = executor.load(op.family.plan(problem, labels[label], target), ordinal, settings)

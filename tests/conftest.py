@@ -72,3 +72,31 @@ def rel_error(out: np.ndarray, ref: np.ndarray) -> float:
         return float("inf")
     denom = np.linalg.norm(ref)
     return float(np.linalg.norm(out - ref) / (denom if denom else 1.0))
+
+
+_BUILT: set = set()   # (kernel spec, arch) pairs compiled in this session
+
+
+def family_plans(family, fields: dict, t) -> list:
+    """The plans of every representative problem of `family` under a config with `fields`, for target `t`."""
+    cfg = make_config(**fields).snapshot()
+    return [family.default_plan(p, cfg, t) for p in family.problems()]
+
+
+def build_once(plans, t) -> None:
+    """Each plan fits target `t`, and each of its kernels compiles for `t` (once per test session)."""
+    from cuopjit import kernels
+    for plan in plans:
+        plan.check_target(t)
+        for spec in plan.specs:
+            if (spec, t.arch) not in _BUILT:
+                assert kernels.build(spec, t.arch, persistent=False)[0][:4] == b"\x7fELF"
+                _BUILT.add((spec, t.arch))
+
+
+# The configurations the cuOP documents (README, tuning guide, config reference): every family must run them.
+SEED = dict(kernel_type="tiled", tile_size=32, block_size=256, optimization_level="O2", enable_tensor_core=True,
+            enable_tma=True, max_registers=255)
+SEED_CONFIGS = [dict(kernel_type=k, tile_size=t, block_size=256)
+                for k in ("auto", "simple", "tiled", "warp_optimized", "tensor_core") for t in (16, 32, 64, 128)]
+SEED_CONFIGS.append(SEED)

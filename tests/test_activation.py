@@ -7,7 +7,7 @@ import pytest
 import cuopjit
 from cuopjit import kernels, target
 
-from conftest import make_config
+from conftest import SEED_CONFIGS, make_config
 
 DTYPES = [np.float32, np.float64]
 SHAPES = [(1,), (7,), (33, 7), (1000,), (4097,), (3, 1000, 7), (1 << 20) + 1]
@@ -16,10 +16,6 @@ CONFIGS = [{}, {"block_size": 128}, {"block_size": 1024, "tile_size": 32}, {"til
 
 
 
-SEED_CONFIGS = [{"kernel_type": k, "tile_size": t, "block_size": 256}
-                for k in ("auto", "simple", "tiled", "warp_optimized", "tensor_core") for t in (16, 32, 64, 128)]
-SEED_CONFIGS.append({"kernel_type": "tiled", "tile_size": 32, "block_size": 256, "optimization_level": "O2",
-                     "enable_tensor_core": True, "enable_tma": True, "max_registers": 255})
 
 
 def _specs(fields: dict, dtype: str = "float32") -> list:

@@ -11,23 +11,17 @@ from cuopjit import kernels, target
 from cuopjit.ops import batchnorm
 from cuopjit.ops.batchnorm import BatchNormProblem
 
-from conftest import make_config, rel_error
+from conftest import SEED, SEED_CONFIGS, build_once, family_plans, make_config, rel_error
 
 DTYPES = [np.float32, np.float64]
 TOL = {np.float32: 5e-6, np.float64: 1e-12}
 CONFIGS = [{}, {"block_size": 128}, {"block_size": 1024}, {"tile_size": 8}, {"tile_size": 64},
            {"enable_loop_unroll": False}, {"enable_memory_coalescing": False},
            {"enable_shared_memory_opt": False}]
-SEED = dict(kernel_type="tiled", tile_size=32, block_size=256, optimization_level="O2", enable_tensor_core=True,
-            enable_tma=True, max_registers=255)
-SEED_CONFIGS = [dict(kernel_type=k, tile_size=t, block_size=256)
-                for k in ("auto", "simple", "tiled", "warp_optimized", "tensor_core") for t in (16, 32, 64, 128)]
-SEED_CONFIGS.append(SEED)
 SM80, SM90 = target.named("sm_80"), target.named("sm_90")
 # sm_80 plans the kernels sm_90 plans (only the training split count follows the target)
 TARGET_CONFIGS = ([(SM90, f) for f in CONFIGS + [{"block_size": 32}, {"kernel_type": "simple"}] + SEED_CONFIGS]
                   + [(SM80, f) for f in ({}, SEED)])
-_BUILT: set = set()
 NCHW = BatchNormProblem("float32", 32, 64, 56 * 56, True, False, 1e-5)
 TRAIN = BatchNormProblem("float64", 32, 64, 56 * 56, True, True, 1e-5, 0.1)
 
@@ -37,19 +31,13 @@ def _bn(dtype, **kw):
 
 
 def _plans(fields: dict, t: target.Target) -> list:
-    cfg = make_config(**fields).snapshot()
-    return [batchnorm.FAMILY.default_plan(p, cfg, t) for p in batchnorm.problems()]
+    return family_plans(batchnorm.FAMILY, fields, t)
 
 
 # --- CPU --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("t, fields", TARGET_CONFIGS, ids=lambda v: v.arch if isinstance(v, target.Target) else str(v))
 def test_every_config_plans_and_compiles(t, fields):
-    for plan in _plans(fields, t):
-        plan.check_target(t)
-        for spec in plan.specs:
-            if (spec, t.arch) not in _BUILT:
-                assert kernels.build(spec, t.arch, persistent=False)[0][:4] == b"\x7fELF"
-                _BUILT.add((spec, t.arch))
+    build_once(_plans(fields, t), t)
 
 
 def test_problems_cover_both_dtypes_and_every_kernel():

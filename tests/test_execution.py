@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import cuopjit
+from cuopjit import executor
 
 from conftest import make_config, rel_error
 
@@ -43,7 +44,8 @@ def test_two_wrappers_on_one_operator_keep_their_own_kernels(rng):
             assert rel_error(c.to_numpy(), a_np @ b_np) < _gemm_tol(96)
     assert len(names["small"]) == len(names["large"]) == 1
     assert "t64x64" in names["small"].pop() and "t128x128" in names["large"].pop()
-    assert not any("t128" in str(k) for k in gemm._plans if k[0] is cuopjit.settings.DEFAULT)
+    bare = [executor.runner_of(run).kernel_names for run in gemm._plans[cuopjit.settings.DEFAULT].values()]
+    assert bare and not any("t128" in name or "t64x64" in name for name in bare)
     assert gemm.plan(a, c).launches[0].spec.name.startswith("gemm_f32_t32x32")   # the bare default for 256^2
 
 
@@ -191,3 +193,22 @@ def test_profile_is_timed_on_the_first_call_and_after_each_read():
     for _ in range(4):
         jit.forward(a, c)
     assert jit.get_performance_profile().calls == 6
+
+
+def test_a_module_unloads_when_its_cache_entry_and_plans_are_gone(monkeypatch):
+    import gc
+    import weakref
+    from cuopjit import driver, kernels
+    jit = cuopjit.JITReluFloat(cuopjit.ReluFloat())   # a config no other test builds: nothing else holds it
+    jit.set_jit_config(make_config(kernel_type="simple", block_size=32, optimization_level="O1", max_registers=40))
+    x = cuopjit.ones([3 * 37])
+    jit.forward(x, x)
+    function = executor.runner_of(jit._last[0]).kernels[0].function
+    ref, unloaded = weakref.ref(function), []
+    real = driver._driver().cuModuleUnload
+    monkeypatch.setattr(driver._driver(), "cuModuleUnload", lambda m: unloaded.append(m) or real(m))
+    module = function.module
+    del function, jit
+    kernels.get_function.cache_clear()
+    gc.collect()
+    assert ref() is None and unloaded == [module]

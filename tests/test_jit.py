@@ -136,7 +136,7 @@ def test_auto_tuning_times_candidates_once_and_keeps_inputs_intact(rng, tmp_path
     ref = a_np.astype(np.float64) @ b_np + c_np        # C updated exactly once despite the trials
     out = c.to_numpy()
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
-    problem, tgt = g._problem(a, c), cuopjit.target.of_device(0)
+    problem, tgt = g.problem(a, c), cuopjit.target.of_device(0)
     record = get_cache(str(tmp_path)).load_record("tuning", record_key(g.family.name, problem, tgt))
     assert len(record) == len(g.family.choices(problem, cuopjit.JITConfig().snapshot(), tgt)) >= 3
     assert all(ms > 0 for ms in record.values())

@@ -11,23 +11,17 @@ from cuopjit import kernels, target
 from cuopjit.ops import layernorm, rows
 from cuopjit.ops.layernorm import LayerNormProblem
 
-from conftest import make_config, rel_error
+from conftest import SEED, SEED_CONFIGS, build_once, family_plans, make_config, rel_error
 
 DTYPES = [np.float32, np.float64]
 TOL = {np.float32: 5e-6, np.float64: 1e-12}
 CONFIGS = [{}, {"block_size": 32}, {"block_size": 128}, {"block_size": 1024}, {"tile_size": 8}, {"tile_size": 64},
            {"tile_size": 128}, {"enable_loop_unroll": False}, {"enable_memory_coalescing": False},
            {"enable_shared_memory_opt": False}, {"kernel_type": "tiled"}, {"kernel_type": "warp_optimized"}]
-SEED = dict(kernel_type="tiled", tile_size=32, block_size=256, optimization_level="O2", enable_tensor_core=True,
-            enable_tma=True, max_registers=255)
-SEED_CONFIGS = [dict(kernel_type=k, tile_size=t, block_size=256)
-                for k in ("auto", "simple", "tiled", "warp_optimized", "tensor_core") for t in (16, 32, 64, 128)]
-SEED_CONFIGS.append(SEED)
 SM80, SM90 = target.named("sm_80"), target.named("sm_90")
 # sm_80 plans differ from sm_90's only where clusters and stream kernels would be chosen
 BUILD_CASES = ([(SM90, f) for f in CONFIGS + SEED_CONFIGS + [{"kernel_type": "simple"}]]
                + [(SM80, f) for f in ({}, SEED, {"block_size": 32}, {"tile_size": 128})])
-_BUILT: set = set()
 
 
 def _ln(dtype, **kw):
@@ -56,19 +50,13 @@ def _ln_ref(a, gamma, beta, eps, per_channel=False):
 
 
 def _plans(fields: dict, t: target.Target) -> list:
-    cfg = make_config(**fields).snapshot()
-    return [layernorm.FAMILY.default_plan(p, cfg, t) for p in layernorm.problems()]
+    return family_plans(layernorm.FAMILY, fields, t)
 
 
 # --- CPU ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("t, fields", BUILD_CASES, ids=lambda v: v.arch if isinstance(v, target.Target) else str(v))
 def test_every_config_plans_and_compiles(t, fields):
-    for plan in _plans(fields, t):
-        plan.check_target(t)
-        for spec in plan.specs:
-            if (spec, t.arch) not in _BUILT:
-                assert kernels.build(spec, t.arch, persistent=False)[0][:4] == b"\x7fELF"
-                _BUILT.add((spec, t.arch))
+    build_once(_plans(fields, t), t)
 
 
 def test_problems_cover_both_dtypes_and_every_kernel_kind():

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import kernels, target
+from cuopjit import target
 from cuopjit.ops import FAMILIES, pool
 from cuopjit.ops.pool import GlobalProblem, Window, WindowProblem
 
-from conftest import make_config
+from conftest import SEED, SEED_CONFIGS, build_once, family_plans, make_config
 
 DTYPES = [np.float32, np.float64]
 CLASSES = {("max", np.float32): cuopjit.MaxPool2DFloat, ("max", np.float64): cuopjit.MaxPool2DDouble,
@@ -20,35 +20,22 @@ GLOBAL = {("max", np.float32): cuopjit.GlobalMaxPool2DFloat, ("max", np.float64)
 OPS = ["maxpool2d", "avgpool2d", "globalmaxpool2d", "globalavgpool2d"]
 CONFIGS = [{}, {"block_size": 32}, {"block_size": 1024}, {"tile_size": 8}, {"enable_memory_coalescing": False},
            {"kernel_type": "simple"}]
-SEED = dict(kernel_type="tiled", tile_size=32, block_size=256, optimization_level="O2", enable_tensor_core=True,
-            enable_tma=True, max_registers=255)
-SEED_CONFIGS = [dict(kernel_type=k, tile_size=t, block_size=256)
-                for k in ("auto", "simple", "tiled", "warp_optimized", "tensor_core") for t in (16, 32, 64, 128)]
-SEED_CONFIGS.append(SEED)
 SM80, SM90 = target.named("sm_80"), target.named("sm_90")
 # sm_80 plans exactly the kernels sm_90 plans (no pool kernel depends on the target): a few configs suffice
 TARGET_CONFIGS = [(SM90, f) for f in CONFIGS + SEED_CONFIGS] + [(SM80, f) for f in ({}, SEED)]
-_BUILT: set = set()
 P2 = WindowProblem("max", "float32", 2048, 56, 56, 28, 28, Window(2, 2, 2, 2, 0, 0), True, True)
 G56 = GlobalProblem("avg", "float32", 2048, 56 * 56, True)
 
 
 def _plans(op: str, fields: dict, t: target.Target) -> list:
-    family = FAMILIES[op][0].family
-    cfg = make_config(**fields).snapshot()
-    return [family.default_plan(p, cfg, t) for p in family.problems()]
+    return family_plans(FAMILIES[op][0].family, fields, t)
 
 
 # --- CPU: plans under every config, built with NVRTC ------------------------------------------
 @pytest.mark.parametrize("t, fields", TARGET_CONFIGS, ids=lambda v: v.arch if isinstance(v, target.Target) else str(v))
 @pytest.mark.parametrize("op", OPS)
 def test_every_config_plans_and_compiles(op, t, fields):
-    for plan in _plans(op, fields, t):
-        plan.check_target(t)
-        for spec in plan.specs:
-            if (spec, t.arch) not in _BUILT:
-                assert kernels.build(spec, t.arch, persistent=False)[0][:4] == b"\x7fELF"
-                _BUILT.add((spec, t.arch))
+    build_once(_plans(op, fields, t), t)
 
 
 def test_problems_cover_both_dtypes():

@@ -11,7 +11,7 @@ from cuopjit import kernels, target
 from cuopjit.ops import rows, softmax
 from cuopjit.ops.softmax import SoftmaxProblem
 
-from conftest import make_config, rel_error
+from conftest import SEED, SEED_CONFIGS, build_once, family_plans, make_config, rel_error
 
 DTYPES = [np.float32, np.float64]
 TOL = {np.float32: 2e-6, np.float64: 1e-13}
@@ -22,13 +22,7 @@ CONFIGS = [{}, {"block_size": 32}, {"block_size": 128}, {"block_size": 1024}, {"
            {"tile_size": 128}, {"enable_loop_unroll": False}, {"enable_memory_coalescing": False},
            {"enable_shared_memory_opt": False}, {"kernel_type": "simple"}, {"kernel_type": "tiled"},
            {"kernel_type": "warp_optimized"}]
-SEED = dict(kernel_type="tiled", tile_size=32, block_size=256, optimization_level="O2", enable_tensor_core=True,
-            enable_tma=True, max_registers=255)
-SEED_CONFIGS = [dict(kernel_type=k, tile_size=t, block_size=256)
-                for k in ("auto", "simple", "tiled", "warp_optimized", "tensor_core") for t in (16, 32, 64, 128)]
-SEED_CONFIGS.append(SEED)
 SM80, SM90 = target.named("sm_80"), target.named("sm_90")
-_BUILT: set = set()
 
 
 def _op(dtype):
@@ -42,8 +36,7 @@ def _ref(a: np.ndarray, axis: int) -> np.ndarray:
 
 
 def _plans(fields: dict, t: target.Target) -> list:
-    cfg = make_config(**fields).snapshot()
-    return [softmax.FAMILY.default_plan(p, cfg, t) for p in softmax.problems()]
+    return family_plans(softmax.FAMILY, fields, t)
 
 
 # --- CPU: plans under every config, built with NVRTC ------------------------------------------
@@ -54,12 +47,7 @@ BUILD_CASES = ([(SM90, f) for f in CONFIGS + SEED_CONFIGS]
 
 @pytest.mark.parametrize("t, fields", BUILD_CASES, ids=lambda v: v.arch if isinstance(v, target.Target) else str(v))
 def test_every_config_plans_and_compiles(t, fields):
-    for plan in _plans(fields, t):
-        plan.check_target(t)
-        for spec in plan.specs:
-            if (spec, t.arch) not in _BUILT:
-                assert kernels.build(spec, t.arch, persistent=False)[0][:4] == b"\x7fELF"
-                _BUILT.add((spec, t.arch))
+    build_once(_plans(fields, t), t)
 
 
 def test_problems_cover_both_dtypes_and_every_kernel_kind():

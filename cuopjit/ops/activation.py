@@ -15,14 +15,14 @@ class Relu(Operator):
 
     family = elementwise.family("relu")
 
-    def _bind(self, x: Tensor, y: Tensor | None = None) -> tuple:
+    def bind(self, x: Tensor, y: Tensor | None = None) -> tuple:
         y = x if y is None else y
         return (x.shape, y.shape, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15), (x.ptr, y.ptr), y
 
-    def _problem(self, x: Tensor, y: Tensor | None = None) -> elementwise.MapProblem | None:
+    def problem(self, x: Tensor, y: Tensor | None = None) -> elementwise.MapProblem | None:
         y = x if y is None else y
-        self._check("x", x)
-        self._check("y", y)
+        self.check_operand("x", x)
+        self.check_operand("y", y)
         if tuple(x.shape) != tuple(y.shape):
             raise ValueError(f"{type(self).__name__}: y has shape {list(y.shape)} but x has shape "
                              f"{list(x.shape)}: they must be equal")

@@ -3,20 +3,20 @@
 An operator class checks inputs and holds weights; its family (pure functions in the same
 module) chooses and plans kernels. Per class:
 
-    _bind(*args, **kwargs)    -> (key, pointers, result): cheap, no checks; the key holds
+    bind(*args, **kwargs)     -> (key, pointers, result): cheap, no checks; the key holds
                                  everything that decides the plan (shapes, dtypes, device,
                                  alignment, the operator's own state)
-    _problem(*args, **kwargs) -> the family's problem, after checking every argument
+    problem(*args, **kwargs)  -> the family's problem, after checking every argument
                                  (raises TypeError / ValueError naming the operand), or None
                                  when there is nothing to compute
 
-A warm call is one `_bind`, one dict probe and the launches; a miss plans under the settings
+A warm call is one `bind`, one dict probe (a per-settings memo) and the launches; a miss plans under the settings
 given (a JIT wrapper's, or DEFAULT), loads the kernels and memoises the result.
 """
 from __future__ import annotations
 
 import threading
-from typing import Any, ClassVar, Hashable, Sequence
+from typing import Any, Callable, ClassVar, Hashable, Sequence
 
 import numpy as np
 
@@ -25,44 +25,51 @@ from ..plan import EMPTY, Family, Plan
 from ..settings import DEFAULT, RunSettings
 from ..tensor import Tensor
 
-MEMO_LIMIT = 512   # plans kept per operator; the oldest go first
+MEMO_LIMIT = 512   # plans kept per operator and settings; the oldest go first
+_current = streams.local
 
 
 class Operator:
-    """Base class: subclasses set `dtype` and `family` and implement `_bind` and `_problem`."""
+    """Base class: subclasses set `dtype` and `family` and implement `bind` and `problem`."""
 
     dtype: ClassVar[np.dtype]
     family: ClassVar[Family]
 
     def __init__(self) -> None:
-        self._plans: dict[Hashable, executor.Runner] = {}
+        self._plans: dict[RunSettings, dict[Hashable, Callable]] = {DEFAULT: {}}
+        self._default_plans = self._plans[DEFAULT]   # the bare forward's memo, one probe away
         self._state: tuple = ()        # operator settings that decide the plan (alpha, eps, weight shape, ...)
         self._lock = threading.Lock()
 
     # --- the one forward ----------------------------------------------------------------------
     def forward(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
         """Run the operator on `args` (see the class's docstring), on `stream` or the current one."""
-        s = streams.current() if stream is None else streams.handle(stream)
+        if stream is None:
+            s = _current.stream
+        elif type(stream) is int:
+            s = stream
+        else:
+            s = streams.handle(stream)
         try:
-            key, pointers, result = self._bind(*args, **kwargs)
-            run = self._plans[DEFAULT, key]
+            key, pointers, result = self.bind(*args, **kwargs)
+            run = self._default_plans[key]
         except (LookupError, AttributeError, TypeError):
-            run, pointers, result = self._lookup(DEFAULT, s, args, kwargs)
+            run, pointers, result = self.prepared(DEFAULT, s, args, kwargs)
         run(pointers, s)
         return result
 
     __call__ = forward
 
-    def _lookup(self, settings: RunSettings, s: int, args: tuple, kwargs: dict
+    def prepared(self, settings: RunSettings, s: int, args: tuple, kwargs: dict
                 ) -> tuple[executor.Runner, tuple, Any]:
         """The memoised runner for this call under `settings` (planned and loaded on a miss)."""
         try:
-            key, pointers, result = self._bind(*args, **kwargs)
-            return self._plans[settings, key], pointers, result
+            key, pointers, result = self.bind(*args, **kwargs)
+            return self._plans[settings][key], pointers, result
         except (LookupError, AttributeError, TypeError):
             pass
-        problem = self._problem(*args, **kwargs)   # raises on bad arguments, with the reason
-        key, pointers, result = self._bind(*args, **kwargs)
+        problem = self.problem(*args, **kwargs)   # raises on bad arguments, with the reason
+        key, pointers, result = self.bind(*args, **kwargs)
         if problem is None:
             run = executor.NOTHING
         else:
@@ -71,9 +78,10 @@ class Operator:
             plan = self._choose(problem, settings, targets.of_device(ordinal), args, kwargs)
             run = executor.load(plan, ordinal, settings)
         with self._lock:
-            if len(self._plans) >= MEMO_LIMIT:
-                self._plans.pop(next(iter(self._plans)))
-            self._plans[settings, key] = run
+            memo = self._plans.setdefault(settings, {})
+            if len(memo) >= MEMO_LIMIT:
+                memo.pop(next(iter(memo)))
+            memo[key] = run
         return run, pointers, result
 
     def _choose(self, problem: Any, settings: RunSettings, target: targets.Target, args: tuple,
@@ -88,7 +96,7 @@ class Operator:
     def plan(self, *args: Any, settings: RunSettings = DEFAULT, target: targets.Target | None = None,
              **kwargs: Any) -> Plan:
         """The plan a forward with these arguments would run (checks them; launches nothing)."""
-        problem = self._problem(*args, **kwargs)
+        problem = self.problem(*args, **kwargs)
         if problem is None:
             return EMPTY
         target = target or targets.of_device(driver.current_ordinal())
@@ -99,7 +107,7 @@ class Operator:
         self._state = state
 
     # --- checks -----------------------------------------------------------------------------------
-    def _check(self, name: str, t: Any, ndim: int | None = None, shape: Sequence[int] | None = None) -> Tensor:
+    def check_operand(self, name: str, t: Any, ndim: int | None = None, shape: Sequence[int] | None = None) -> Tensor:
         """`t` must be a live Tensor of this operator's dtype on the current device (and of `shape`, if given)."""
         op = type(self).__name__
         if not isinstance(t, Tensor):
@@ -114,7 +122,7 @@ class Operator:
         if t.device != driver.current_ordinal():
             raise ValueError(f"{op}: {name} is on device {t.device} but the current device is "
                              f"{driver.current_ordinal()}: call cuopjit.set_device({t.device})")
-        t._live()
+        t.ensure_live()
         return t
 
     # --- work figures for profiles ------------------------------------------------------------

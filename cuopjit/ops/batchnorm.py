@@ -210,7 +210,7 @@ class BatchNorm(EpsMixin, Operator):
         return self.train(False)
 
     def _set(self, name: str, t: Tensor) -> None:
-        self._params[name] = self._check(name, t, ndim=1)
+        self._params[name] = self.check_operand(name, t, ndim=1)
         self._update_state()
 
     def set_gamma(self, gamma: Tensor) -> None:
@@ -236,16 +236,16 @@ class BatchNorm(EpsMixin, Operator):
         return None if t is UNSET else t
 
     # --- the forward's two halves --------------------------------------------------------------
-    def _bind(self, x: Tensor, y: Tensor) -> tuple:
+    def bind(self, x: Tensor, y: Tensor) -> tuple:
         g, b, m, v = self._params.values()
         pointers = (x.ptr, y.ptr, g.ptr, b.ptr, m.ptr, v.ptr)
         key = (x.shape, y.shape, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15, self._state)
         return key, pointers, y
 
-    def _problem(self, x: Tensor, y: Tensor) -> BatchNormProblem | None:
+    def problem(self, x: Tensor, y: Tensor) -> BatchNormProblem | None:
         name = type(self).__name__
-        self._check("x", x)
-        self._check("y", y)
+        self.check_operand("x", x)
+        self.check_operand("y", y)
         if x.ndim < 2:
             raise ValueError(f"{name}: x must be N x C or N x C x H x W (at least 2-D), got shape {list(x.shape)}")
         if tuple(y.shape) != tuple(x.shape):

@@ -41,8 +41,8 @@ DOT_VECTORS = 4   # 16-byte vectors per thread per step when tile_size is 0
 # --- the map operators ---------------------------------------------------------------------------
 def check_same_size(op: Operator, x: Tensor, y: Tensor) -> None:
     """x and y: tensors of the operator's dtype holding the same number of elements."""
-    op._check("x", x)
-    op._check("y", y)
+    op.check_operand("x", x)
+    op.check_operand("y", y)
     if x.size != y.size:
         raise ValueError(f"{type(op).__name__}: x has shape {list(x.shape)} ({x.size} elements) and y has shape "
                          f"{list(y.shape)} ({y.size} elements): they must hold the same number of elements")
@@ -75,11 +75,11 @@ class Scal(_Alpha, Operator):
         super().__init__()
         self.alpha = alpha
 
-    def _bind(self, x: Tensor) -> tuple:
+    def bind(self, x: Tensor) -> tuple:
         return (x.size, x.dtype, x.device, x.ptr & 15, self._state), (x.ptr, x.ptr), x
 
-    def _problem(self, x: Tensor) -> elementwise.MapProblem | None:
-        self._check("x", x)
+    def problem(self, x: Tensor) -> elementwise.MapProblem | None:
+        self.check_operand("x", x)
         if x.size == 0:
             return None
         return elementwise.MapProblem("scal", self.dtype.name, x.size, (x.ptr & 15) == 0, self._alpha)
@@ -94,11 +94,11 @@ class _Pair(Operator):
     op = "copy"
     _alpha = 0.0
 
-    def _bind(self, x: Tensor, y: Tensor) -> tuple:
+    def bind(self, x: Tensor, y: Tensor) -> tuple:
         return ((x.size, y.size, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15, self._state),
                 (x.ptr, y.ptr), y)
 
-    def _problem(self, x: Tensor, y: Tensor) -> elementwise.MapProblem | None:
+    def problem(self, x: Tensor, y: Tensor) -> elementwise.MapProblem | None:
         check_same_size(self, x, y)
         if x.size == 0:
             return None
@@ -209,18 +209,18 @@ class Dot(Operator):
             streams.synchronize(s)
         return float(out.to_numpy()[0])
 
-    def _bind(self, x: Tensor, y: Tensor, result: Tensor) -> tuple:
+    def bind(self, x: Tensor, y: Tensor, result: Tensor) -> tuple:
         key = (x.size, y.size, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15, result.size,
                result.dtype, result.device)
         return key, (x.ptr, y.ptr, result.ptr), result
 
-    def _problem(self, x: Tensor, y: Tensor, result: Tensor | None = None) -> DotProblem:
+    def problem(self, x: Tensor, y: Tensor, result: Tensor | None = None) -> DotProblem:
         check_same_size(self, x, y)
         name = type(self).__name__
         if result is None:
             raise TypeError(f"{name}: pass result= (a one-element Tensor) when calling through a JIT wrapper; "
                             f"{name}.forward(x, y) returns a Python float")
-        self._check("result", result)
+        self.check_operand("result", result)
         if result.size != 1:
             raise ValueError(f"{name}: result has shape {list(result.shape)}, expected one element ([1] or [])")
         return DotProblem(self.dtype.name, x.size, ((x.ptr | y.ptr) & 15) == 0)

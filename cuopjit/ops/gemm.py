@@ -51,7 +51,7 @@ class Gemm(Operator):
 
     def set_weight(self, weight: Tensor) -> None:
         """B, the right-hand matrix (N×K when trans_b, else K×N)."""
-        self._weight = self._check("weight", weight, ndim=2)
+        self._weight = self.check_operand("weight", weight, ndim=2)
         self._update_state()
 
     def _update_state(self) -> None:
@@ -59,18 +59,18 @@ class Gemm(Operator):
         self._set_state(self._trans_a, self._trans_b, self._alpha, self._beta,
                         None if w is None else (w.shape, w.device, w.ptr & 15))
 
-    def _bind(self, a: Tensor, c: Tensor) -> tuple:
+    def bind(self, a: Tensor, c: Tensor) -> tuple:
         return ((a.shape, c.shape, a.dtype, c.dtype, a.device, c.device, (a.ptr | c.ptr) & 15, self._state),
                 (a.ptr, self._weight.ptr, c.ptr), c)
 
-    def _problem(self, a: Tensor, c: Tensor) -> gemm_kernels.GemmProblem | None:
+    def problem(self, a: Tensor, c: Tensor) -> gemm_kernels.GemmProblem | None:
         name = type(self).__name__
         b = self._weight
         if b is None:
             raise ValueError(f"{name}: no weight: call set_weight(B) before forward")
-        self._check("a", a, ndim=2)
-        self._check("c", c, ndim=2)
-        self._check("weight", b, ndim=2)
+        self.check_operand("a", a, ndim=2)
+        self.check_operand("c", c, ndim=2)
+        self.check_operand("weight", b, ndim=2)
         m, k = a.shape[::-1] if self._trans_a else a.shape
         kb, n = b.shape[::-1] if self._trans_b else b.shape
         if k != kb:

@@ -129,12 +129,12 @@ class LayerNorm(EpsMixin, Operator):
 
     def set_gamma(self, gamma: Tensor) -> None:
         """Scale; its shape names the normalised trailing dimensions (or C, for cuOP's NCHW form)."""
-        self._gamma = self._check("gamma", gamma)
+        self._gamma = self.check_operand("gamma", gamma)
         self._update_state()
 
     def set_beta(self, beta: Tensor) -> None:
         """Shift; must have gamma's shape."""
-        self._beta = self._check("beta", beta)
+        self._beta = self.check_operand("beta", beta)
         self._update_state()
 
     def _update_state(self) -> None:
@@ -144,7 +144,7 @@ class LayerNorm(EpsMixin, Operator):
         self._set_state(self._eps, None if g is None else tuple(g.shape), None if b is None else tuple(b.shape),
                         (self._weights[0] | self._weights[1]) & 15)
 
-    def _bind(self, x: Tensor, y: Tensor) -> tuple:
+    def bind(self, x: Tensor, y: Tensor) -> tuple:
         return ((x.shape, y.shape, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15, self._state),
                 (x.ptr, y.ptr, *self._weights), y)
 
@@ -166,10 +166,10 @@ class LayerNorm(EpsMixin, Operator):
         raise ValueError(f"{name}: gamma has shape {list(g.shape)} and x has shape {list(x.shape)}: gamma must "
                          f"match x's trailing dimensions (PyTorch normalized_shape) or be [C] = [x.shape[1]]")
 
-    def _problem(self, x: Tensor, y: Tensor) -> LayerNormProblem | None:
+    def problem(self, x: Tensor, y: Tensor) -> LayerNormProblem | None:
         name = type(self).__name__
-        self._check("x", x)
-        self._check("y", y)
+        self.check_operand("x", x)
+        self.check_operand("y", y)
         if tuple(y.shape) != tuple(x.shape):
             raise ValueError(f"{name}: y has shape {list(y.shape)}, expected x's shape {list(x.shape)}")
         n_rows, length, gdiv = self._layout(x)

@@ -251,12 +251,12 @@ class Pool2D(Operator):
         n, c, h, w = shape
         return (n, c, (h + 2 * win.ph - win.kh) // win.sh + 1, (w + 2 * win.pw - win.kw) // win.sw + 1)
 
-    def _bind(self, x: Tensor, y: Tensor, **kwargs: Any) -> tuple:
+    def bind(self, x: Tensor, y: Tensor, **kwargs: Any) -> tuple:
         key = (x.shape, y.shape, tuple(sorted(kwargs.items())), x.dtype, y.dtype, x.device, y.device,
                x.ptr & 15, y.ptr & 15)
         return key, (x.ptr, y.ptr), y
 
-    def _problem(self, x: Tensor, y: Tensor, **kwargs: Any) -> WindowProblem | None:
+    def problem(self, x: Tensor, y: Tensor, **kwargs: Any) -> WindowProblem | None:
         """kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w override the constructor's for this call."""
         name = type(self).__name__
         unknown = set(kwargs) - set(self._defaults)
@@ -264,8 +264,8 @@ class Pool2D(Operator):
             raise TypeError(f"{name}.forward got unexpected keyword arguments {sorted(unknown)}: allowed are "
                             f"{', '.join(self._defaults)}")
         win = self._window(**kwargs)
-        self._check("x", x, ndim=4)
-        self._check("y", y)
+        self.check_operand("x", x, ndim=4)
+        self.check_operand("y", y)
         n, c, h, w = x.shape
         oh, ow = (h + 2 * win.ph - win.kh) // win.sh + 1, (w + 2 * win.pw - win.kw) // win.sw + 1
         if oh < 1 or ow < 1:
@@ -291,12 +291,12 @@ class GlobalPool2D(Operator):
     op = "max"
     family = global_family("max")
 
-    def _bind(self, x: Tensor, y: Tensor) -> tuple:
+    def bind(self, x: Tensor, y: Tensor) -> tuple:
         return (x.shape, y.shape, x.dtype, y.dtype, x.device, y.device, x.ptr & 15), (x.ptr, y.ptr), y
 
-    def _problem(self, x: Tensor, y: Tensor) -> GlobalProblem | None:
-        self._check("x", x, ndim=4)
-        self._check("y", y)
+    def problem(self, x: Tensor, y: Tensor) -> GlobalProblem | None:
+        self.check_operand("x", x, ndim=4)
+        self.check_operand("y", y)
         n, c, h, w = x.shape
         if tuple(y.shape) not in ((n, c), (n, c, 1, 1)):
             raise ValueError(f"{type(self).__name__}: y has shape {list(y.shape)}, expected {[n, c]} or "

@@ -56,14 +56,14 @@ class Flatten(Operator):
 
     family = elementwise.family("copy")
 
-    def _bind(self, x: Tensor, y: Tensor, start_dim: int = 1, end_dim: int = -1) -> tuple:
+    def bind(self, x: Tensor, y: Tensor, start_dim: int = 1, end_dim: int = -1) -> tuple:
         key = (x.shape, y.shape, start_dim, end_dim, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15)
         return key, (x.ptr, y.ptr), y
 
-    def _problem(self, x: Tensor, y: Tensor, start_dim: int = 1, end_dim: int = -1
+    def problem(self, x: Tensor, y: Tensor, start_dim: int = 1, end_dim: int = -1
                  ) -> elementwise.MapProblem | None:
-        self._check("x", x)
-        self._check("y", y)
+        self.check_operand("x", x)
+        self.check_operand("y", y)
         want = flattened_shape(x.shape, start_dim, end_dim)
         if tuple(y.shape) != want:
             raise ValueError(f"{type(self).__name__}: y has shape {list(y.shape)}, expected {list(want)} "
@@ -176,16 +176,16 @@ class View(Operator):
         shape = self._shape if shape is None else tuple(map(int, shape))
         return (tuple([0] * x.ndim) if offset is None else offset), (tuple(y.shape) if shape is None else shape)
 
-    def _bind(self, x: Tensor, y: Tensor, offset: Sequence[int] | None = None,
+    def bind(self, x: Tensor, y: Tensor, offset: Sequence[int] | None = None,
               shape: Sequence[int] | None = None) -> tuple:
         offset, shape = self._resolve(x, y, offset, shape)
         key = (x.shape, y.shape, offset, shape, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15)
         return key, (x.ptr, y.ptr), y
 
-    def _problem(self, x: Tensor, y: Tensor, offset: Sequence[int] | None = None,
+    def problem(self, x: Tensor, y: Tensor, offset: Sequence[int] | None = None,
                  shape: Sequence[int] | None = None) -> ViewProblem | None:
-        self._check("x", x)
-        self._check("y", y)
+        self.check_operand("x", x)
+        self.check_operand("y", y)
         offset, shape = self._resolve(x, y, offset, shape)
         name = type(self).__name__
         if len(offset) != x.ndim or len(shape) != x.ndim:

@@ -164,14 +164,14 @@ class Softmax(Operator):
 
     family = FAMILY
 
-    def _bind(self, x: Tensor, y: Tensor, axis: int = -1) -> tuple:
+    def bind(self, x: Tensor, y: Tensor, axis: int = -1) -> tuple:
         return ((x.shape, y.shape, x.dtype, y.dtype, x.device, y.device, axis, (x.ptr | y.ptr) & 15),
                 (x.ptr, y.ptr), y)
 
-    def _problem(self, x: Tensor, y: Tensor, axis: Any = -1) -> SoftmaxProblem | None:
+    def problem(self, x: Tensor, y: Tensor, axis: Any = -1) -> SoftmaxProblem | None:
         name = type(self).__name__
-        self._check("x", x)
-        self._check("y", y)
+        self.check_operand("x", x)
+        self.check_operand("y", y)
         if tuple(y.shape) != tuple(x.shape):
             raise ValueError(f"{name}: y has shape {list(y.shape)}, expected x's shape {list(x.shape)}")
         if x.ndim == 0:

@@ -211,4 +211,4 @@ def test_a_module_unloads_when_its_cache_entry_and_plans_are_gone(monkeypatch):
     del function, jit
     kernels.get_function.cache_clear()
     gc.collect()
-    assert ref() is None and unloaded == [module]
+    assert ref() is None and int(module) in {int(m) for m in unloaded}   # others nothing held go too

@@ -38,7 +38,7 @@ class Operator:
     def __init__(self) -> None:
         self._plans: dict[RunSettings, dict[Hashable, Callable]] = {DEFAULT: {}}
         self._default_plans = self._plans[DEFAULT]   # the bare forward's memo, one probe away
-        self._state: tuple = ()        # operator settings that decide the plan (alpha, eps, weight shape, ...)
+        self._state: tuple = ()        # _plan_settings() as of the last setter: part of every plan key
         self._lock = threading.Lock()
 
     # --- the one forward ----------------------------------------------------------------------
@@ -102,9 +102,13 @@ class Operator:
         target = target or targets.of_device(driver.current_ordinal())
         return self.family.default_plan(problem, settings.config, target)
 
-    def _set_state(self, *state: Any) -> None:
-        """Record the operator's own plan-deciding settings; later forwards key their plans on them."""
-        self._state = state
+    def _plan_settings(self) -> tuple:
+        """The operator's own settings that decide its plan (alpha, eps, weight shapes, ...); none by default."""
+        return ()
+
+    def _settings_changed(self) -> None:
+        """Called by every setter of a plan-deciding setting: later forwards key their plans on the new ones."""
+        self._state = self._plan_settings()
 
     # --- checks -----------------------------------------------------------------------------------
     def check_operand(self, name: str, t: Any, ndim: int | None = None, shape: Sequence[int] | None = None) -> Tensor:

@@ -174,10 +174,9 @@ class BatchNorm(EpsMixin, Operator):
         self.momentum = momentum
 
     # --- mode and parameters ----------------------------------------------------------------
-    def _update_state(self) -> None:
+    def _plan_settings(self) -> tuple:
         """eps, momentum, the mode and the parameters' shapes decide the plan."""
-        shapes = tuple(t.shape for t in self._params.values())
-        self._set_state(self._eps, self._momentum, self._training, shapes)
+        return self._eps, self._momentum, self._training, tuple(t.shape for t in self._params.values())
 
     @property
     def momentum(self) -> float:
@@ -189,7 +188,7 @@ class BatchNorm(EpsMixin, Operator):
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"{type(self).__name__}: momentum={value!r} is not allowed: it must be in [0, 1]")
         self._momentum = value
-        self._update_state()
+        self._settings_changed()
 
     @property
     def training(self) -> bool:
@@ -198,7 +197,7 @@ class BatchNorm(EpsMixin, Operator):
     @training.setter
     def training(self, mode: bool) -> None:
         self._training = bool(mode)
-        self._update_state()
+        self._settings_changed()
 
     def train(self, mode: bool = True) -> "BatchNorm":
         """Training mode: batch statistics, running statistics updated (PyTorch's module.train())."""
@@ -211,7 +210,7 @@ class BatchNorm(EpsMixin, Operator):
 
     def _set(self, name: str, t: Tensor) -> None:
         self._params[name] = self.check_operand(name, t, ndim=1)
-        self._update_state()
+        self._settings_changed()
 
     def set_gamma(self, gamma: Tensor) -> None:
         self._set("gamma", gamma)
@@ -261,7 +260,7 @@ class BatchNorm(EpsMixin, Operator):
         for key in missing:
             self._params[key] = empty([c], self.dtype).fill(DEFAULTS[key])
         if missing:
-            self._update_state()
+            self._settings_changed()
         if self._training and n * hw < 2:
             raise ValueError(f"{name}: training needs more than one value per channel, x has shape {list(x.shape)}")
         return BatchNormProblem(self.dtype.name, n, c, hw, ((x.ptr | y.ptr) & 15) == 0, self._training, self._eps,

@@ -60,7 +60,11 @@ class _Alpha:
     @alpha.setter
     def alpha(self, value: float) -> None:
         self._alpha = float(value)
-        self._set_state(self._alpha)
+        self._settings_changed()
+
+    def _plan_settings(self) -> tuple:
+        """alpha is a kernel argument: it decides the plan."""
+        return (self._alpha,)
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = alpha

@@ -21,7 +21,7 @@ class Gemm(Operator):
         self._trans_a, self._trans_b = bool(trans_a), bool(trans_b)
         self._alpha, self._beta = float(alpha), float(beta)
         self._weight: Tensor | None = None
-        self._update_state()
+        self._settings_changed()
 
     @property
     def trans_a(self) -> bool:
@@ -38,7 +38,7 @@ class Gemm(Operator):
     @alpha.setter
     def alpha(self, value: float) -> None:
         self._alpha = float(value)
-        self._update_state()
+        self._settings_changed()
 
     @property
     def beta(self) -> float:
@@ -47,17 +47,18 @@ class Gemm(Operator):
     @beta.setter
     def beta(self, value: float) -> None:
         self._beta = float(value)
-        self._update_state()
+        self._settings_changed()
 
     def set_weight(self, weight: Tensor) -> None:
         """B, the right-hand matrix (N×K when trans_b, else K×N)."""
         self._weight = self.check_operand("weight", weight, ndim=2)
-        self._update_state()
+        self._settings_changed()
 
-    def _update_state(self) -> None:
+    def _plan_settings(self) -> tuple:
+        """The transposes, alpha, beta and the weight's shape, device and alignment decide the plan."""
         w = self._weight
-        self._set_state(self._trans_a, self._trans_b, self._alpha, self._beta,
-                        None if w is None else (w.shape, w.device, w.ptr & 15))
+        return (self._trans_a, self._trans_b, self._alpha, self._beta,
+                None if w is None else (w.shape, w.device, w.ptr & 15))
 
     def bind(self, a: Tensor, c: Tensor) -> tuple:
         return ((a.shape, c.shape, a.dtype, c.dtype, a.device, c.device, (a.ptr | c.ptr) & 15, self._state),

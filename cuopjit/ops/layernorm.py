@@ -130,19 +130,24 @@ class LayerNorm(EpsMixin, Operator):
     def set_gamma(self, gamma: Tensor) -> None:
         """Scale; its shape names the normalised trailing dimensions (or C, for cuOP's NCHW form)."""
         self._gamma = self.check_operand("gamma", gamma)
-        self._update_state()
+        self._weights_changed()
 
     def set_beta(self, beta: Tensor) -> None:
         """Shift; must have gamma's shape."""
         self._beta = self.check_operand("beta", beta)
-        self._update_state()
+        self._weights_changed()
 
-    def _update_state(self) -> None:
-        """eps, gamma's and beta's shapes (None: absent) and their alignment decide the plan."""
+    def _weights_changed(self) -> None:
+        """Keep the pointers forward passes (0: absent) beside the tensors, then re-key the plans."""
         g, b = self._gamma, self._beta
         self._weights = (0 if g is None else g.ptr, 0 if b is None else b.ptr)
-        self._set_state(self._eps, None if g is None else tuple(g.shape), None if b is None else tuple(b.shape),
-                        (self._weights[0] | self._weights[1]) & 15)
+        self._settings_changed()
+
+    def _plan_settings(self) -> tuple:
+        """eps, gamma's and beta's shapes (None: absent) and their alignment decide the plan."""
+        g, b = self._gamma, self._beta
+        return (self._eps, None if g is None else tuple(g.shape), None if b is None else tuple(b.shape),
+                (self._weights[0] | self._weights[1]) & 15)
 
     def bind(self, x: Tensor, y: Tensor) -> tuple:
         return ((x.shape, y.shape, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15, self._state),

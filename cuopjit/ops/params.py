@@ -3,9 +3,8 @@ from __future__ import annotations
 
 
 class EpsMixin:
-    """The validated `eps` property. eps is a kernel argument, so it decides the plan: setting it calls
-    the operator's `_update_state()`, which records eps (and its other plan-deciding settings) with
-    `Operator._set_state`."""
+    """The validated `eps` property. eps is a kernel argument, so it decides the plan: an operator using
+    this lists `self._eps` in its `_plan_settings()`, and setting eps re-keys later forwards."""
 
     _eps: float
 
@@ -19,8 +18,4 @@ class EpsMixin:
         if not value >= 0.0:
             raise ValueError(f"{type(self).__name__}: eps={value!r} is not allowed: it must be >= 0")
         self._eps = value
-        self._update_state()
-
-    def _update_state(self) -> None:
-        """Record every setting that decides the plan (eps included) with `self._set_state(...)`."""
-        raise NotImplementedError
+        self._settings_changed()

@@ -39,7 +39,7 @@ from ..plan import Arg, Family, KernelLaunch, Plan, i32, i64, ptr, scalar
 from ..target import Target
 from ..tensor import Tensor, empty
 from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
-from .params import EpsMixin
+from .params import non_negative_eps, plan_setting, unit_interval_momentum
 
 TEMPLATE = "batchnorm.cu.jinja"
 TILE_SIZES = (0, 8, 16, 32, 64, 128)
@@ -160,7 +160,7 @@ def problems() -> list[BatchNormProblem]:
 FAMILY = Family("batchnorm", choices, plan, problems)
 
 
-class BatchNorm(EpsMixin, Operator):
+class BatchNorm(Operator):
     """Per-channel normalisation of N x C [x H x W]: `forward(x, y)` returns y; inference by default,
     `train()` for batch statistics."""
 
@@ -178,26 +178,9 @@ class BatchNorm(EpsMixin, Operator):
         """eps, momentum, the mode and the parameters' shapes decide the plan."""
         return self._eps, self._momentum, self._training, tuple(t.shape for t in self._params.values())
 
-    @property
-    def momentum(self) -> float:
-        return self._momentum
-
-    @momentum.setter
-    def momentum(self, value: float) -> None:
-        value = float(value)
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"{type(self).__name__}: momentum={value!r} is not allowed: it must be in [0, 1]")
-        self._momentum = value
-        self._settings_changed()
-
-    @property
-    def training(self) -> bool:
-        return self._training
-
-    @training.setter
-    def training(self, mode: bool) -> None:
-        self._training = bool(mode)
-        self._settings_changed()
+    eps = plan_setting("eps", check=non_negative_eps)
+    momentum = plan_setting("momentum", check=unit_interval_momentum)
+    training = plan_setting("training", convert=bool)
 
     def train(self, mode: bool = True) -> "BatchNorm":
         """Training mode: batch statistics, running statistics updated (PyTorch's module.train())."""

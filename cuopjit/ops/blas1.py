@@ -33,6 +33,7 @@ from ..target import Target
 from ..tensor import Tensor, empty
 from . import elementwise
 from .base import Operator, cdiv, dtype_tag, scalar_t
+from .params import plan_setting
 
 DOT_TEMPLATE = "dot.cu.jinja"
 DOT_VECTORS = 4   # 16-byte vectors per thread per step when tile_size is 0
@@ -51,16 +52,7 @@ def check_same_size(op: Operator, x: Tensor, y: Tensor) -> None:
 class _Alpha:
     """`alpha`, passed to the kernel as an argument: setting it re-keys the operator's plans."""
 
-    _alpha: float
-
-    @property
-    def alpha(self) -> float:
-        return self._alpha
-
-    @alpha.setter
-    def alpha(self, value: float) -> None:
-        self._alpha = float(value)
-        self._settings_changed()
+    alpha = plan_setting("alpha")
 
     def _plan_settings(self) -> tuple:
         """alpha is a kernel argument: it decides the plan."""

@@ -6,6 +6,7 @@ import numpy as np
 from ..tensor import Tensor
 from . import gemm_kernels
 from .base import Operator, vector_width
+from .params import plan_setting
 
 
 class Gemm(Operator):
@@ -31,23 +32,8 @@ class Gemm(Operator):
     def trans_b(self) -> bool:
         return self._trans_b
 
-    @property
-    def alpha(self) -> float:
-        return self._alpha
-
-    @alpha.setter
-    def alpha(self, value: float) -> None:
-        self._alpha = float(value)
-        self._settings_changed()
-
-    @property
-    def beta(self) -> float:
-        return self._beta
-
-    @beta.setter
-    def beta(self, value: float) -> None:
-        self._beta = float(value)
-        self._settings_changed()
+    alpha = plan_setting("alpha")
+    beta = plan_setting("beta")
 
     def set_weight(self, weight: Tensor) -> None:
         """B, the right-hand matrix (N×K when trans_b, else K×N)."""

@@ -25,7 +25,7 @@ from ..target import Target
 from ..tensor import Tensor
 from . import rows
 from .base import Operator, dtype_tag, scalar_t, vector_width
-from .params import EpsMixin
+from .params import non_negative_eps, plan_setting
 
 TEMPLATE = "layernorm.cu.jinja"
 # Stream-kernel table per itemsize (rows.plan_rows): (max row length, threads, blocks per SM, vectors in
@@ -115,10 +115,11 @@ def problems() -> list[LayerNormProblem]:
 FAMILY = Family("layernorm", choices, plan, problems)
 
 
-class LayerNorm(EpsMixin, Operator):
+class LayerNorm(Operator):
     """`set_gamma(g)`, `set_beta(b)`, `forward(x, y)`: y = (x - mean) / sqrt(var + eps) * gamma + beta; returns y."""
 
     family = FAMILY
+    eps = plan_setting("eps", check=non_negative_eps)
 
     def __init__(self, eps: float = 1e-5):
         super().__init__()

@@ -1,21 +1,39 @@
-"""Settable operator parameters shared by the normalisation operators (LayerNorm, BatchNorm): eps."""
+"""Plan-deciding operator settings (alpha, beta, eps, momentum, training): one property factory.
+
+Such a setting is passed to the kernels as an argument, so it is part of every plan key: setting
+it re-keys the operator's later forwards (`Operator._settings_changed`); the operator lists it in
+its `_plan_settings()`.
+"""
 from __future__ import annotations
 
+from typing import Any, Callable
 
-class EpsMixin:
-    """The validated `eps` property. eps is a kernel argument, so it decides the plan: an operator using
-    this lists `self._eps` in its `_plan_settings()`, and setting eps re-keys later forwards."""
 
-    _eps: float
+def plan_setting(name: str, convert: Callable[[Any], Any] = float,
+                 check: Callable[[Any, Any], None] | None = None) -> property:
+    """A property stored as `_<name>`: each assignment is converted, checked (check(op, value) raises), then
+    re-keys the operator's plans."""
+    attr = "_" + name
 
-    @property
-    def eps(self) -> float:
-        return self._eps
+    def get(self: Any) -> Any:
+        return getattr(self, attr)
 
-    @eps.setter
-    def eps(self, value: float) -> None:
-        value = float(value)
-        if not value >= 0.0:
-            raise ValueError(f"{type(self).__name__}: eps={value!r} is not allowed: it must be >= 0")
-        self._eps = value
+    def set_(self: Any, value: Any) -> None:
+        value = convert(value)
+        if check is not None:
+            check(self, value)
+        setattr(self, attr, value)
         self._settings_changed()
+    return property(get, set_, doc=f"{name} (decides the plan: setting it re-keys later forwards)")
+
+
+def non_negative_eps(op: Any, value: float) -> None:
+    """eps >= 0 (NaN refused)."""
+    if not value >= 0.0:
+        raise ValueError(f"{type(op).__name__}: eps={value!r} is not allowed: it must be >= 0")
+
+
+def unit_interval_momentum(op: Any, value: float) -> None:
+    """momentum in [0, 1]."""
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{type(op).__name__}: momentum={value!r} is not allowed: it must be in [0, 1]")

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from .errors import ExecutionError, NoDeviceError, check
 
 _lock = threading.Lock()
-_tls = threading.local()   # .ordinal: whose context is current on this thread; .current: the device chosen
+class _Thread(threading.local):
+    """Per-thread driver state; class attributes are every new thread's defaults (no attribute miss)."""
+    ordinal: int | None = None   # whose primary context cuopjit made current on this thread
+    current = 0                  # the device set_device chose for this thread
+
+
+_tls = _Thread()
 
 _NO_GPU_HINT = ("cuopjit can still render, compile and prewarm kernels without one "
                 "(e.g. `cuopjit prewarm --arch sm_90`)")
@@ -86,7 +92,7 @@ class Device:
 
     def make_current(self) -> None:
         """Make this device's primary context current on the calling thread (cheap when it already is)."""
-        if getattr(_tls, "ordinal", None) != self.ordinal:
+        if _tls.ordinal != self.ordinal:
             check(_driver().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
             _tls.ordinal = self.ordinal
 
@@ -129,12 +135,12 @@ def get_device(ordinal: int | None = None) -> Device:
 
 def thread_ordinal() -> int | None:
     """The device whose context cuopjit made current on this thread, or None."""
-    return getattr(_tls, "ordinal", None)
+    return _tls.ordinal
 
 
 def current_ordinal() -> int:
     """The device this thread's tensors and launches use (set_device), 0 until set."""
-    return getattr(_tls, "current", 0)
+    return _tls.current
 
 
 def set_device(ordinal: int) -> None:

@@ -9,19 +9,10 @@ default stream inside it would break the capture, and raises instead.
 """
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from . import driver, streams
 from .errors import ExecutionError, check
-
-_tls = threading.local()
-
-
-def capturing_here() -> bool:
-    """True while this thread is inside `with cuopjit.graph()`."""
-    return getattr(_tls, "depth", 0) > 0
-
 
 class Graph:
     """A captured sequence of forwards; build it with `cuopjit.graph()`."""
@@ -31,6 +22,7 @@ class Graph:
         self._graph = None
         self._exec = None
         self._previous = 0
+        self._was_capturing = False
 
     def __enter__(self) -> "Graph":
         if self._exec is not None:
@@ -41,14 +33,12 @@ class Graph:
               "cuStreamBeginCapture")
         self._previous = streams.current()
         streams.local.stream = self.stream.handle
-        streams.set_relaxed_capture(True)
-        _tls.depth = getattr(_tls, "depth", 0) + 1
+        self._was_capturing = streams.set_relaxed_capture(True)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         drv = driver._driver()
-        _tls.depth -= 1
-        streams.set_relaxed_capture(False)
+        streams.set_relaxed_capture(self._was_capturing)
         streams.local.stream = self._previous
         err, graph = drv.cuStreamEndCapture(self.stream.handle)
         if exc_type is not None:

@@ -11,7 +11,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Iterator
 
-from . import driver
+from . import driver, streams
 from .errors import ExecutionError, MemoryError, check, format_bytes
 
 
@@ -26,10 +26,6 @@ class MemoryStats:
 
 _stats: dict[int, MemoryStats] = {}
 
-
-def _capturing_here() -> bool:
-    from .graph import capturing_here
-    return capturing_here()
 
 
 @functools.cache
@@ -51,7 +47,7 @@ def allocate(nbytes: int, ordinal: int, stream: int = 0) -> int:
         return 0
     drv = driver._driver()
     _pool(ordinal)
-    if stream == 0 and _capturing_here():
+    if stream == 0 and streams.local.relaxed_capture:   # inside `with cuopjit.graph()`
         raise RuntimeError("a tensor cannot be created inside `with cuopjit.graph()`: the allocation would break "
                            "the capture. Create every tensor the captured forwards use before the block")
     err, ptr = drv.cuMemAllocAsync(nbytes, stream)

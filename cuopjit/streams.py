@@ -14,9 +14,9 @@ from typing import Any, Iterator
 from .errors import check
 
 class _Current(threading.local):
-    """Per-thread current stream; the class attribute is every new thread's default (no attribute miss)."""
-    stream = 0
-    relaxed_capture = False
+    """Per-thread state; the class attributes are every new thread's defaults (no attribute miss)."""
+    stream = 0                 # the current stream's handle
+    relaxed_capture = False    # inside `with cuopjit.graph()`
 
 
 local = _Current()                # this thread's current stream (`local.stream`), read on every forward
@@ -128,6 +128,8 @@ def check_not_capturing(s: int, op: str) -> None:
                            "(a warm-up call), then capture")
 
 
-def set_relaxed_capture(on: bool) -> None:
-    """cuopjit.graph() captures in relaxed mode, where loading a kernel during capture is allowed."""
-    local.relaxed_capture = on
+def set_relaxed_capture(on: bool) -> bool:
+    """cuopjit.graph() captures in relaxed mode, where loading a kernel during capture is allowed; returns
+    the previous value (for nested blocks to restore)."""
+    previous, local.relaxed_capture = local.relaxed_capture, on
+    return previous

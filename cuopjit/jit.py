@@ -18,6 +18,7 @@ from .settings import DEFAULT, RunSettings
 from .target import named as named_target
 
 _GLOBAL = get_default_global_jit_config()
+_NO_PLANS: dict = {}
 
 
 class JITWrapper:
@@ -37,6 +38,7 @@ class JITWrapper:
         self._version = 0           # bumped by every setter: settings are rebuilt only then
         self._state: tuple | None = None
         self._settings = DEFAULT
+        self._memo = _NO_PLANS    # the operator's plan memo for self._settings, once a forward ran
         self._events: EventPair | None = None
         self._time_next = True
         self._profile = PerformanceProfile()
@@ -112,6 +114,7 @@ class JITWrapper:
             config = self._config.snapshot() if use_jit else DEFAULT.config
             self._settings = RunSettings.of(config, self._directory, self._persistent and glob.enable_caching,
                                             use_jit and glob.enable_auto_tuning)
+            self._memo = _NO_PLANS      # the operator's memo is looked up at the first forward
             self._state = state
         return self._settings
 
@@ -119,12 +122,18 @@ class JITWrapper:
         """Run the wrapped operator under this wrapper's settings on `stream` (default: the current stream)."""
         if stream is None:
             s = streams.local.stream
-        elif type(stream) is int:
-            s = stream
         else:
-            s = streams.handle(stream)
-        settings = self._settings if (self._version, global_generation()) == self._state else self._current_settings()
-        run, pointers, result = self.operator.prepared(settings, s, args, kwargs)
+            recent = streams.recent[0]
+            s = recent[1] if stream is recent[0] else streams.handle(stream)
+        if (self._version, global_generation()) != self._state:
+            self._current_settings()
+        op = self.operator
+        try:
+            key, pointers, result = op.bind(*args, **kwargs)
+            run = self._memo[key]
+        except (LookupError, AttributeError, TypeError):
+            run, pointers, result = op.prepared(self._settings, s, args, kwargs)
+            self._memo = op.memo(self._settings)
         if self._time_next:
             events = self._events
             if events is None:

@@ -21,6 +21,7 @@ class _Current(threading.local):
 
 local = _Current()                # this thread's current stream (`local.stream`), read on every forward
 _resolved: dict[int, tuple[Any, int]] = {}   # id(stream object) -> (the object, its handle); bounded
+recent: list[tuple[Any, int]] = [(None, 0)]  # [(the last stream object resolved, its handle)]: forward's one-probe path
 _RESOLVED_KEPT = 256
 
 
@@ -60,19 +61,19 @@ def handle(stream: Any) -> int:
         return current()
     if isinstance(stream, int):
         return stream
-    if isinstance(stream, Stream):
-        return stream.handle
     seen = _resolved.get(id(stream))
-    if seen is not None and seen[0] is stream:   # the entry holds the object, so its id is not reused
-        return seen[1]
-    found = _resolve(stream)
-    if len(_resolved) >= _RESOLVED_KEPT:
-        _resolved.clear()
-    _resolved[id(stream)] = (stream, found)
-    return found
+    if seen is None or seen[0] is not stream:   # an entry holds its object, so its id is not reused
+        seen = (stream, _resolve(stream))
+        if len(_resolved) >= _RESOLVED_KEPT:
+            _resolved.clear()
+        _resolved[id(stream)] = seen
+    recent[0] = seen
+    return seen[1]
 
 
 def _resolve(stream: Any) -> int:
+    if isinstance(stream, Stream):
+        return stream.handle
     proto = getattr(stream, "__cuda_stream__", None)
     if proto is not None:
         value = proto() if callable(proto) else proto

@@ -6,6 +6,7 @@ the CUDA Array Interface (parsed by cuda.core's StridedMemoryView), and a Tensor
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Iterable, Sequence
 
@@ -30,6 +31,25 @@ def as_dtype(dtype: Any) -> np.dtype:
     return dt
 
 
+_PLAN_KEYS: dict[tuple, int] = {}
+_PLAN_KEYS_KEPT = 1 << 16
+_next_plan_key = itertools.count(1)
+
+
+def _plan_key(shape: tuple[int, ...], dtype: np.dtype, device: int, ptr: int) -> int:
+    """One int per (shape, dtype, device, 16-byte alignment): what about a tensor decides a plan.
+
+    Interned, so an operator's memo key is a tuple of small ints (cheap to hash on every forward).
+    When the table is full it starts over with new numbers: never an old number for a new meaning."""
+    k = (shape, dtype.char, device, ptr & 15)
+    found = _PLAN_KEYS.get(k)
+    if found is None:
+        if len(_PLAN_KEYS) >= _PLAN_KEYS_KEPT:
+            _PLAN_KEYS.clear()
+        found = _PLAN_KEYS.setdefault(k, next(_next_plan_key))
+    return found
+
+
 def _shape(shape: Iterable[int] | int) -> tuple[int, ...]:
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     if any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
@@ -40,7 +60,7 @@ def _shape(shape: Iterable[int] | int) -> tuple[int, ...]:
 class Tensor:
     """A device array. Owns its memory unless it is a view of another library's array or tensor."""
 
-    __slots__ = ("shape", "dtype", "size", "ptr", "device", "_nbytes", "_owner", "_owns", "__weakref__")
+    __slots__ = ("shape", "dtype", "size", "ptr", "device", "plan_key", "_nbytes", "_owner", "_owns", "__weakref__")
 
     def __init__(self, shape: Iterable[int] | int, dtype: Any = np.float32, *, device: int | None = None):
         self.shape = _shape(shape)
@@ -50,6 +70,7 @@ class Tensor:
         self.device = dev.ordinal
         self._nbytes = self.size * self.dtype.itemsize
         self.ptr = memory.allocate(self._nbytes, self.device)
+        self.plan_key = _plan_key(self.shape, self.dtype, self.device, self.ptr)
         self._owner = None
         self._owns = True
         memory.track(self)
@@ -58,6 +79,7 @@ class Tensor:
     def _view(cls, ptr: int, shape: tuple[int, ...], dtype: np.dtype, device: int, owner: Any) -> "Tensor":
         t = object.__new__(TensorDouble if dtype == np.float64 else TensorFloat)
         t.shape, t.dtype, t.size, t.ptr, t.device = shape, dtype, math.prod(shape), ptr, device
+        t.plan_key = _plan_key(shape, dtype, device, ptr)
         t._nbytes, t._owner, t._owns = t.size * dtype.itemsize, owner, False
         return t
 
@@ -84,6 +106,7 @@ class Tensor:
         self.ptr, self._owns, self._owner = 0, False, None
         self.shape = tuple(0 for _ in self.shape) if self.size else self.shape
         self.size = 0
+        self.plan_key = -next(_next_plan_key)   # matches no plan: the next forward checks it and raises
 
     def __del__(self) -> None:
         try:

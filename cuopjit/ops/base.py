@@ -27,6 +27,7 @@ from ..tensor import Tensor
 
 MEMO_LIMIT = 512   # plans kept per operator and settings; the oldest go first
 _current = streams.local
+_recent = streams.recent
 
 
 class Operator:
@@ -46,10 +47,9 @@ class Operator:
         """Run the operator on `args` (see the class's docstring), on `stream` or the current one."""
         if stream is None:
             s = _current.stream
-        elif type(stream) is int:
-            s = stream
         else:
-            s = streams.handle(stream)
+            recent = _recent[0]
+            s = recent[1] if stream is recent[0] else streams.handle(stream)
         try:
             key, pointers, result = self.bind(*args, **kwargs)
             run = self._default_plans[key]
@@ -77,12 +77,20 @@ class Operator:
             ordinal = driver.current_ordinal()
             plan = self._choose(problem, settings, targets.of_device(ordinal), args, kwargs)
             run = executor.load(plan, ordinal, settings)
+        memo = self.memo(settings)
         with self._lock:
-            memo = self._plans.setdefault(settings, {})
             if len(memo) >= MEMO_LIMIT:
                 memo.pop(next(iter(memo)))
             memo[key] = run
         return run, pointers, result
+
+    def memo(self, settings: RunSettings) -> dict[Hashable, Callable]:
+        """The plan memo for `settings` (bind key -> loaded plan): a JIT wrapper probes it directly."""
+        memo = self._plans.get(settings)
+        if memo is None:
+            with self._lock:
+                memo = self._plans.setdefault(settings, {})
+        return memo
 
     def _choose(self, problem: Any, settings: RunSettings, target: targets.Target, args: tuple,
                 kwargs: dict) -> Plan:

@@ -72,7 +72,7 @@ class Scal(_Alpha, Operator):
         self.alpha = alpha
 
     def bind(self, x: Tensor) -> tuple:
-        return (x.size, x.dtype, x.device, x.ptr & 15, self._state), (x.ptr, x.ptr), x
+        return (x.plan_key, self._state), (x.ptr, x.ptr), x
 
     def problem(self, x: Tensor) -> elementwise.MapProblem | None:
         self.check_operand("x", x)
@@ -91,8 +91,7 @@ class _Pair(Operator):
     _alpha = 0.0
 
     def bind(self, x: Tensor, y: Tensor) -> tuple:
-        return ((x.size, y.size, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15, self._state),
-                (x.ptr, y.ptr), y)
+        return (x.plan_key, y.plan_key, self._state), (x.ptr, y.ptr), y
 
     def problem(self, x: Tensor, y: Tensor) -> elementwise.MapProblem | None:
         check_same_size(self, x, y)
@@ -198,6 +197,7 @@ class Dot(Operator):
         """
         if result is not None:
             return super().forward(x, y, result, stream=stream)
+        check_same_size(self, x, y)   # bad operands are refused before the result is allocated
         s = streams.current() if stream is None else streams.handle(stream)
         out = empty([1], self.dtype)
         super().forward(x, y, out, stream=s)
@@ -206,8 +206,7 @@ class Dot(Operator):
         return float(out.to_numpy()[0])
 
     def bind(self, x: Tensor, y: Tensor, result: Tensor) -> tuple:
-        key = (x.size, y.size, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15, result.size,
-               result.dtype, result.device)
+        key = (x.plan_key, y.plan_key, result.plan_key)
         return key, (x.ptr, y.ptr, result.ptr), result
 
     def problem(self, x: Tensor, y: Tensor, result: Tensor | None = None) -> DotProblem:

@@ -47,8 +47,7 @@ class Gemm(Operator):
                 None if w is None else (w.shape, w.device, w.ptr & 15))
 
     def bind(self, a: Tensor, c: Tensor) -> tuple:
-        return ((a.shape, c.shape, a.dtype, c.dtype, a.device, c.device, (a.ptr | c.ptr) & 15, self._state),
-                (a.ptr, self._weight.ptr, c.ptr), c)
+        return (a.plan_key, c.plan_key, self._state), (a.ptr, self._weight.ptr, c.ptr), c
 
     def problem(self, a: Tensor, c: Tensor) -> gemm_kernels.GemmProblem | None:
         name = type(self).__name__

@@ -252,8 +252,7 @@ class Pool2D(Operator):
         return (n, c, (h + 2 * win.ph - win.kh) // win.sh + 1, (w + 2 * win.pw - win.kw) // win.sw + 1)
 
     def bind(self, x: Tensor, y: Tensor, **kwargs: Any) -> tuple:
-        key = (x.shape, y.shape, tuple(sorted(kwargs.items())), x.dtype, y.dtype, x.device, y.device,
-               x.ptr & 15, y.ptr & 15)
+        key = (x.plan_key, y.plan_key, tuple(sorted(kwargs.items())))
         return key, (x.ptr, y.ptr), y
 
     def problem(self, x: Tensor, y: Tensor, **kwargs: Any) -> WindowProblem | None:
@@ -292,7 +291,7 @@ class GlobalPool2D(Operator):
     family = global_family("max")
 
     def bind(self, x: Tensor, y: Tensor) -> tuple:
-        return (x.shape, y.shape, x.dtype, y.dtype, x.device, y.device, x.ptr & 15), (x.ptr, y.ptr), y
+        return (x.plan_key, y.plan_key), (x.ptr, y.ptr), y
 
     def problem(self, x: Tensor, y: Tensor) -> GlobalProblem | None:
         self.check_operand("x", x, ndim=4)

@@ -57,7 +57,7 @@ class Flatten(Operator):
     family = elementwise.family("copy")
 
     def bind(self, x: Tensor, y: Tensor, start_dim: int = 1, end_dim: int = -1) -> tuple:
-        key = (x.shape, y.shape, start_dim, end_dim, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15)
+        key = (x.plan_key, y.plan_key, start_dim, end_dim)
         return key, (x.ptr, y.ptr), y
 
     def problem(self, x: Tensor, y: Tensor, start_dim: int = 1, end_dim: int = -1
@@ -179,7 +179,7 @@ class View(Operator):
     def bind(self, x: Tensor, y: Tensor, offset: Sequence[int] | None = None,
               shape: Sequence[int] | None = None) -> tuple:
         offset, shape = self._resolve(x, y, offset, shape)
-        key = (x.shape, y.shape, offset, shape, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15)
+        key = (x.plan_key, y.plan_key, offset, shape)
         return key, (x.ptr, y.ptr), y
 
     def problem(self, x: Tensor, y: Tensor, offset: Sequence[int] | None = None,

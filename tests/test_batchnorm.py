@@ -11,7 +11,7 @@ from cuopjit import kernels, target
 from cuopjit.ops import batchnorm
 from cuopjit.ops.batchnorm import BatchNormProblem
 
-from conftest import SEED, SEED_CONFIGS, build_once, family_plans, make_config, rel_error
+from conftest import SEED, SEED_CONFIGS, build_once, check_guards, family_plans, guarded, make_config, rel_error
 
 DTYPES = [np.float32, np.float64]
 TOL = {np.float32: 5e-6, np.float64: 1e-12}
@@ -79,7 +79,7 @@ def test_training_plan_shares_one_workspace():
         stats, finalize, apply = plan.launches
         assert [kl.spec.kernel for kl in plan.launches] == ["batchnorm_stats", "batchnorm_finalize",
                                                            "batchnorm_apply"]
-        splits = -(-4 * t.sm_count // 64)
+        splits = t.sm_count * 8 // 64    # per-plane stats: one wave of 8 blocks of 256 threads per SM
         partials = 64 * splits * 3 * 8
         assert stats.grid[0] == 64 * splits
         assert plan.workspace == partials + 2 * 64 * 8
@@ -87,6 +87,7 @@ def test_training_plan_shares_one_workspace():
         assert (mean.value, mean.offset, var.value, var.offset) == (6, partials, 6, partials + 64 * 8)
         assert apply.args[4] == mean and apply.args[5] == var
         assert [a.value for a in finalize.args[3:5]] == [4, 5]   # running_mean, running_var: operands
+        assert apply.spec.name.endswith("r") and stats.spec.name == "batchnorm_stats_f64_pv2n4t256"
     inference = batchnorm.FAMILY.default_plan(NCHW, cfg, SM90)
     assert inference.workspace == 0 and len(inference.launches) == 1
 
@@ -146,8 +147,9 @@ def test_batchnorm_inference(rng, dtype, shape):
     g, b, m, v = _bn_params(rng, c, dtype)
     bn = _bn(dtype)
     _set_params(bn, g, b, m, v)
-    x, y = cuopjit.tensor(a), cuopjit.empty(shape, dtype).fill(float("nan"))
+    x, y = cuopjit.tensor(a), guarded(shape, dtype)
     assert bn.forward(x, y) is y
+    check_guards(y)
     assert rel_error(y.to_numpy(), _apply_ref(a, m, v, g, b)) < TOL[dtype]
 
 
@@ -164,8 +166,9 @@ def test_batchnorm_training(rng, dtype, shape):
     axes = (0,) + tuple(range(2, len(shape)))
     for _ in range(2):
         a = (rng.standard_normal(shape) * 3 + 1).astype(dtype)
-        x, y = cuopjit.tensor(a), cuopjit.empty(shape, dtype).fill(float("nan"))
+        x, y = cuopjit.tensor(a), guarded(shape, dtype)
         bn.forward(x, y)
+        check_guards(y)
         a64 = a.astype(np.float64)
         mean, var = a64.mean(axis=axes), a64.var(axis=axes)
         n = a.size // c
@@ -177,6 +180,66 @@ def test_batchnorm_training(rng, dtype, shape):
     bn.eval()
     bn.forward(x, y)
     assert rel_error(y.to_numpy(), _apply_ref(a, ref_m, ref_v, g, b)) < TOL[dtype] * 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(8, 4, 33, 33), (1000, 4)])
+def test_batchnorm_extreme_inputs(rng, dtype, shape):
+    """Channels of huge and tiny scale, a large offset with a small spread, and a constant channel: batch
+    statistics that square naively, drop eps or subtract E[x]^2 fail here."""
+    big = 1e15 if dtype == np.float32 else 1e150
+    cs = (1, 4) + (1,) * (len(shape) - 2)
+    scale = np.array([big, 1 / big, 1.0, 0.0]).reshape(cs)
+    offset = np.array([0.0, 0.0, 1e4, 7.0]).reshape(cs)
+    a = (rng.standard_normal(shape) * scale + offset).astype(dtype)
+    g, b = np.ones(4, dtype), rng.standard_normal(4).astype(dtype)
+    bn = _bn(dtype).train()
+    bn.set_gamma(cuopjit.tensor(g))
+    bn.set_beta(cuopjit.tensor(b))
+    x, y = cuopjit.tensor(a), guarded(shape, dtype)
+    bn.forward(x, y)
+    check_guards(y)
+    axes = (0,) + tuple(range(2, len(shape)))
+    a64 = a.astype(np.float64)
+    ref = _apply_ref(a, a64.mean(axis=axes), a64.var(axis=axes), g, b)
+    got = y.to_numpy()
+    tol = [TOL[dtype] * 4, TOL[dtype] * 4, 2e-3 if dtype == np.float32 else 1e-10]
+    for ch in range(3):
+        assert rel_error(got[:, ch], ref[:, ch]) < tol[ch], f"channel {ch}"
+    # the constant channel: a mean within 8 ulps of 7 leaves |x - mean| / sqrt(eps) at most this from beta
+    slack = 8 * float(np.spacing(np.array(7.0, dtype))) / np.sqrt(1e-5) + TOL[dtype] * abs(float(b[3]))
+    assert np.all(np.abs(got[:, 3] - b[3]) <= slack)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(7, 33, 1000), (1, 7, 33, 33), (33, 1, 64, 64), (4097, 7), (3, 5, 4097),
+                                   (2, 1000, 4, 4), (1, 1, 7)])
+def test_batchnorm_training_shapes_and_offset(rng, dtype, shape):
+    """Training at odd sizes along each axis (per-plane stats with 16-byte loads and shifted sums, or the
+    flat Welford kernel; warp-per-channel finalize; apply in reverse), data centred at +-1e4 per channel
+    (the sums see deviations, not E[x^2] - E[x]^2), running statistics checked; NaN-poisoned, guarded outputs."""
+    c = shape[1]
+    g, b, m, v = _bn_params(rng, c, dtype)
+    bn = _bn(dtype, momentum=0.1).train()
+    rm, rv = _set_params(bn, g, b, m, v)
+    cs = (1, c) + (1,) * (len(shape) - 2)
+    a = (np.sign(rng.standard_normal(cs)) * 1e4 + rng.standard_normal(shape) * 2).astype(dtype)
+    x, y = cuopjit.tensor(a), guarded(shape, dtype)
+    bn.forward(x, y)
+    check_guards(y)
+    axes = (0,) + tuple(range(2, len(shape)))
+    a64 = a.astype(np.float64)
+    mean, var = a64.mean(axis=axes), a64.var(axis=axes)
+    n = a.size // c
+    # float32 holds x near 1e4 to ulp(1e4) / 2 = 4.9e-4: relative to a spread of 2, about 2.5e-4
+    tol = 2e-3 if dtype == np.float32 else 1e-9
+    assert rel_error(y.to_numpy(), _apply_ref(a, mean, var, g, b)) < tol
+    assert rel_error(rm.to_numpy(), 0.9 * m + 0.1 * mean) < TOL[dtype] * 4
+    assert rel_error(rv.to_numpy(), 0.9 * v + 0.1 * var * n / (n - 1)) < tol
+    assert [kl.spec.kernel for kl in bn.plan(x, y).launches] == ["batchnorm_stats", "batchnorm_finalize",
+                                                                 "batchnorm_apply"]
 
 
 @pytest.mark.gpu

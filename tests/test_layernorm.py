@@ -11,7 +11,7 @@ from cuopjit import kernels, target
 from cuopjit.ops import layernorm, rows
 from cuopjit.ops.layernorm import LayerNormProblem
 
-from conftest import SEED, SEED_CONFIGS, build_once, family_plans, make_config, rel_error
+from conftest import SEED, SEED_CONFIGS, build_once, check_guards, family_plans, guarded, make_config, rel_error
 
 DTYPES = [np.float32, np.float64]
 TOL = {np.float32: 5e-6, np.float64: 1e-12}
@@ -62,7 +62,8 @@ def test_every_config_plans_and_compiles(t, fields):
 def test_problems_cover_both_dtypes_and_every_kernel_kind():
     assert {p.dtype for p in layernorm.problems()} == {"float32", "float64"}
     kinds = {kl.spec.kernel for plan in _plans({}, SM90) for kl in plan.launches}
-    assert kinds == {"layernorm_rows", "layernorm_stream", "layernorm_partials", "layernorm_apply"}
+    assert kinds == {"layernorm_rows", "layernorm_stream", "layernorm_partials", "layernorm_apply",
+                     "layernorm_reset", "layernorm_resident"}
     assert any(kl.cluster != (1, 1, 1) for plan in _plans({}, SM90) for kl in plan.launches)
 
 
@@ -92,10 +93,29 @@ def test_plans_pass_weights_eps_and_workspace():
     assert kl.args[-1].kind == "f32" and kl.args[-1].value == 0.25 and "a1" in kl.spec.name
     plan = layernorm.FAMILY.default_plan(LayerNormProblem("float64", 1024, 32768, 1, 2, True, 1e-5), cfg, SM90)
     assert plan.launches[0].max_carveout and plan.launches[0].shared > 0
-    plan = layernorm.FAMILY.default_plan(LayerNormProblem("float64", 8, 64 * 3136, 3136, 2, True, 1e-5), cfg, SM90)
+    nchw = LayerNormProblem("float64", 8, 64 * 3136, 3136, 2, True, 1e-5)
+    plan = layernorm.FAMILY.default_plan(nchw, make_config(enable_shared_memory_opt=False).snapshot(), SM90)
     part, apply = plan.launches
     assert plan.workspace == part.grid[0] * 2 * 8 and "pc" in apply.spec.name
     assert part.pointer_indices == (0, 4) and apply.pointer_indices == (0, 1, 2, 3, 4)
+    reset, res = layernorm.FAMILY.default_plan(nchw, cfg, SM90).launches
+    chunks = part.grid[0] // 8
+    assert res.spec.kernel == "layernorm_resident" and res.grid[0] == 2 * 8 * chunks and "pc" in res.spec.name
+    assert reset.args[1].value == 1 + 2 * 8 and res.args[4] == reset.args[0]   # counters: tickets, done, ready
+    assert (res.args[5].offset, res.args[6].offset) == (80, 80 + 8 * chunks * 2 * 8)   # 17 counters: 80 bytes
+
+
+def test_resident_rows_fit_in_l2():
+    """Split-row becomes the resident kernel where two rows fit in 3/5 of L2 (H100: the 12.8 MB NCHW sample),
+    not for longer rows, not with shared-memory opt off, and not on a target whose L2 is too small."""
+    cfg = make_config().snapshot()
+    kind = lambda p, c=cfg, t=SM90: layernorm.choices(p, c, t)[0].layout.kind  # noqa: E731
+    sample = LayerNormProblem("float32", 32, 64 * 224 * 224, 224 * 224, 2, True, 1e-5)
+    assert kind(sample) == "resident"
+    assert kind(LayerNormProblem("float32", 4, 1 << 23, 1, 2, True, 1e-5)) == "split"
+    assert kind(sample, make_config(enable_shared_memory_opt=False).snapshot()) == "split"
+    assert kind(sample, make_config(kernel_type="simple").snapshot()) == "split"
+    assert kind(sample, cfg, SM80) == "split"   # 40 MB of L2
 
 
 def test_eps_is_part_of_the_state():
@@ -141,8 +161,9 @@ def test_layernorm(rng, dtype, shape, gshape, per_channel):
         beta = rng.standard_normal(gshape).astype(dtype)
         ln.set_gamma(cuopjit.tensor(gamma))
         ln.set_beta(cuopjit.tensor(beta))
-    x, y = cuopjit.tensor(a), cuopjit.empty(shape, dtype).fill(float("nan"))
+    x, y = cuopjit.tensor(a), guarded(shape, dtype)
     assert ln.forward(x, y) is y
+    check_guards(y)
     assert rel_error(y.to_numpy(), _ln_ref(a, gamma, beta, 1e-5, per_channel)) < TOL[dtype]
 
 
@@ -164,14 +185,44 @@ def test_layernorm_stream(rng, monkeypatch, dtype, shape, stash):
     for a, tol in ((rng.standard_normal(shape) * 2 + 0.5, TOL[dtype]),
                    (1e4 + rng.standard_normal(shape), 2e-3 if dtype == np.float32 else 1e-10)):
         a = a.astype(dtype)
-        x, y = cuopjit.tensor(a), cuopjit.empty(shape, dtype).fill(float("nan"))
+        x, y = cuopjit.tensor(a), guarded(shape, dtype)
         ln.forward(x, y)
+        check_guards(y)
         assert ln.plan(x, y).launches[0].spec.kernel == "layernorm_stream"
         assert rel_error(y.to_numpy(), _ln_ref(a, g, b, 1e-5)) < tol
     c = cuopjit.tensor(np.full(shape, 7.0, dtype))
     ln.set_beta(cuopjit.tensor(np.zeros(shape[-1:], dtype)))
     ln.forward(c, c)  # constant rows, in place: zeros
     assert np.array_equal(c.to_numpy(), np.zeros(shape, dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 4097), (7, 1000), (33, 4097), (1000, 33), (1, 7), (4097, 1), (3, 7, 33, 5)])
+def test_layernorm_resident(rng, monkeypatch, dtype, shape):
+    """The resident kernel (tickets, per-row done counters and ready flags) at odd sizes, every row forced
+    into chunks of 32 threads x 8 elements: random data, a +-1e4 offset, constant rows; NaN-poisoned output."""
+    monkeypatch.setattr(rows, "plan_rows", lambda dt, cfg, t, n, length, vec, long_rows=None: rows._plan(
+        dt, -(-length // vec), vec, 8, 32, 0, False))
+    ln = _ln(dtype)
+    g = rng.standard_normal(shape[-1:]).astype(dtype)
+    b = rng.standard_normal(shape[-1:]).astype(dtype)
+    ln.set_gamma(cuopjit.tensor(g))
+    ln.set_beta(cuopjit.tensor(b))
+    sign = np.sign(rng.standard_normal(shape[:-1] + (1,)))
+    for a, tol in ((rng.standard_normal(shape) * 2 + 0.5, TOL[dtype]),
+                   (sign * 1e4 + rng.standard_normal(shape), 2e-3 if dtype == np.float32 else 1e-10)):
+        a = a.astype(dtype)
+        x, y = cuopjit.tensor(a), guarded(shape, dtype)
+        ln.forward(x, y)
+        check_guards(y)
+        assert [kl.spec.kernel for kl in ln.plan(x, y).launches] == ["layernorm_reset", "layernorm_resident"]
+        assert rel_error(y.to_numpy(), _ln_ref(a, g, b, 1e-5)) < tol
+    if shape[-1] > 1:
+        c = cuopjit.tensor(np.full(shape, -3.0, dtype))
+        ln.set_beta(cuopjit.tensor(np.zeros(shape[-1:], dtype)))
+        ln.forward(c, c)  # constant rows, in place: zeros
+        assert np.array_equal(c.to_numpy(), np.zeros(shape, dtype))
 
 
 @pytest.mark.gpu
@@ -194,6 +245,37 @@ def test_layernorm_offset_and_eps(rng, dtype):
     c = cuopjit.tensor(np.full((4, 1024), 7.0, dtype))
     ln.forward(c, c)  # constant rows, in place: all zeros, no NaN
     assert np.array_equal(c.to_numpy(), np.zeros((4, 1024), dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("length", [33, 4097, 65537])
+def test_layernorm_extreme_inputs(rng, dtype, length):
+    """Rows of huge and tiny scale, a large offset, a constant row and a row holding inf, side by side: each
+    row is normalised on its own (the inf row alone turns NaN), whatever the magnitudes."""
+    big = 1e15 if dtype == np.float32 else 1e150
+    scale = np.array([big, 1 / big, 1.0, 0.0, 1.0, 1.0])[:, None]
+    offset = np.array([0.0, 0.0, 1e4, 7.0, 0.0, -3.0])[:, None]
+    a = (rng.standard_normal((6, length)) * scale + offset).astype(dtype)
+    a[4, length // 2] = np.inf
+    g, b = rng.standard_normal(length).astype(dtype), rng.standard_normal(length).astype(dtype)
+    ln = _ln(dtype)
+    ln.set_gamma(cuopjit.tensor(g))
+    ln.set_beta(cuopjit.tensor(b))
+    x, y = cuopjit.tensor(a), guarded(a.shape, dtype)
+    ln.forward(x, y)
+    check_guards(y)
+    got = y.to_numpy()
+    with np.errstate(invalid="ignore"):
+        ref = _ln_ref(a, g, b, 1e-5)
+    tol = [TOL[dtype] * 4, TOL[dtype] * 4, 2e-3 if dtype == np.float32 else 1e-10, None, None, TOL[dtype]]
+    for row, t in enumerate(tol):
+        if t is not None:
+            assert rel_error(got[row], ref[row]) < t, f"row {row}"
+    # the constant row: a mean within 8 ulps of 7 leaves |x - mean| / sqrt(eps) * |gamma| at most this from beta
+    slack = 8 * np.spacing(np.array(7.0, dtype)) / np.sqrt(1e-5) * np.abs(g) + TOL[dtype] * np.abs(b)
+    assert np.all(np.abs(got[3] - b) <= slack)
+    assert np.all(np.isnan(got[4]))
 
 
 @pytest.mark.gpu

@@ -9,7 +9,7 @@ from cuopjit import target
 from cuopjit.ops import FAMILIES, pool
 from cuopjit.ops.pool import GlobalProblem, Window, WindowProblem
 
-from conftest import SEED, SEED_CONFIGS, build_once, family_plans, make_config
+from conftest import SEED, SEED_CONFIGS, build_once, check_guards, family_plans, guarded, make_config
 
 DTYPES = [np.float32, np.float64]
 CLASSES = {("max", np.float32): cuopjit.MaxPool2DFloat, ("max", np.float64): cuopjit.MaxPool2DDouble,
@@ -69,7 +69,10 @@ def test_window_kernel_shapes():
 def test_global_kernel_shapes():
     """tile_size = elements per thread per step (ITEMS x 16-byte loads); "simple" = scalar loads, one in flight."""
     default = pool.global_choices(G56, make_config().snapshot(), SM90)[0]
-    assert (default.vg, default.items, default.tpr, default.threads) == (4, 4, 64, 128)
+    # one wave: 2048 planes x 64 threads <= 132 SMs x 1024; 784 vectors in 2 steps of 7 loads
+    assert (default.vg, default.items, default.tpr, default.threads) == (4, 7, 64, 128)
+    assert pool.global_geometry(2048, 49, SM90) == (32, 2) and pool.global_geometry(8, 1 << 20, SM90) == (512, 8)
+    assert pool.global_geometry(2048, 1, SM90) == (1, 1)
     big = pool.global_choices(G56, make_config(tile_size=128).snapshot(), SM90)[0]
     assert (big.vg, big.items, big.tpr) == (4, 32, 8)
     simple = pool.global_choices(G56, make_config(kernel_type="simple").snapshot(), SM90)[0]
@@ -145,8 +148,9 @@ def test_pool2d(rng, dtype, op, shape, kw):
     a = rng.standard_normal(shape).astype(dtype)
     ref = reference(a, op, **kw)
     pool = CLASSES[op, dtype]()
-    x, y = cuopjit.tensor(a), cuopjit.empty(ref.shape, dtype).fill(float("nan"))
+    x, y = cuopjit.tensor(a), guarded(ref.shape, dtype)
     assert pool.forward(x, y, **kw) is y
+    check_guards(y)
     abs_mean = reference(np.abs(a), "avg", **kw)
     window = kw.get("kernel_h", 2) * kw.get("kernel_w", 2)
 
@@ -159,6 +163,7 @@ def test_pool2d(rng, dtype, op, shape, kw):
     # the same window given to the constructor
     y.fill(float("nan"))
     CLASSES[op, dtype](**kw).forward(x, y)
+    check_guards(y)
     check()
 
 
@@ -184,14 +189,39 @@ def test_global_pool(rng, dtype, op, shape, keepdims):
     a = rng.standard_normal(shape).astype(dtype)
     ref = a.astype(np.float64).max(axis=(2, 3)) if op == "max" else a.astype(np.float64).mean(axis=(2, 3))
     out_shape = list(shape[:2]) + ([1, 1] if keepdims else [])
-    x, y = cuopjit.tensor(a), cuopjit.empty(out_shape, dtype).fill(float("nan"))
+    x, y = cuopjit.tensor(a), guarded(out_shape, dtype)
     assert GLOBAL[op, dtype]().forward(x, y) is y
+    check_guards(y)
     got = y.to_numpy().reshape(ref.shape)
     if op == "max":
         assert np.array_equal(got, ref.astype(dtype))
     else:
         abs_mean = np.abs(a.astype(np.float64)).mean(axis=(2, 3))
         assert_average_close(got, ref, abs_mean, shape[2] * shape[3], dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["max", "avg"])
+@pytest.mark.parametrize("shape", [(2, 3, 8, 8), (1, 2, 33, 1000)])
+def test_nan_propagates_through_window_and_global_pools(rng, dtype, op, shape):
+    """A NaN in a window (or plane) gives NaN there, as in PyTorch: fmax would drop it."""
+    a = rng.standard_normal(shape).astype(dtype)
+    a[0, 0, 0, 0] = a[-1, -1, 1, 1] = a[0, -1, shape[2] // 2, 3] = np.nan   # three windows, two or three planes
+    x = cuopjit.tensor(a)
+    ref = reference(a, op)
+    y = guarded(ref.shape, dtype)
+    CLASSES[op, dtype]().forward(x, y)
+    check_guards(y)
+    got = y.to_numpy()
+    assert np.array_equal(np.isnan(got), np.isnan(ref)) and np.isnan(got).sum() == 3
+    if op == "max":
+        assert np.array_equal(got, ref.astype(dtype), equal_nan=True)
+    g = guarded(shape[:2], dtype)
+    GLOBAL[op, dtype]().forward(x, g)
+    check_guards(g)
+    planes = np.isnan(a).any(axis=(2, 3))
+    assert np.array_equal(np.isnan(g.to_numpy()), planes) and planes.sum() >= 2
 
 
 @pytest.mark.gpu

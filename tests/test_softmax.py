@@ -11,7 +11,7 @@ from cuopjit import kernels, target
 from cuopjit.ops import rows, softmax
 from cuopjit.ops.softmax import SoftmaxProblem
 
-from conftest import SEED, SEED_CONFIGS, build_once, family_plans, make_config, rel_error
+from conftest import SEED, SEED_CONFIGS, build_once, check_guards, family_plans, guarded, make_config, rel_error
 
 DTYPES = [np.float32, np.float64]
 TOL = {np.float32: 2e-6, np.float64: 1e-13}
@@ -170,8 +170,9 @@ def test_softmax_every_axis(rng, dtype, shape):
     op = _op(dtype)
     x = cuopjit.tensor(a)
     for axis in list(range(len(shape))) + [-1]:
-        y = cuopjit.empty(shape, dtype).fill(float("nan"))
+        y = guarded(shape, dtype)
         assert op.forward(x, y, axis=axis) is y
+        check_guards(y)
         err = rel_error(y.to_numpy(), _ref(a, axis))
         assert err < TOL[dtype], (axis, err)
 
@@ -182,8 +183,9 @@ def test_softmax_every_axis(rng, dtype, shape):
 def test_softmax_long_rows(rng, dtype, shape):
     """Single block, cluster and split-row kernels (aligned and not)."""
     a = rng.standard_normal(shape).astype(dtype)
-    x, y = cuopjit.tensor(a), cuopjit.empty(shape, dtype).fill(float("nan"))
+    x, y = cuopjit.tensor(a), guarded(shape, dtype)
     _op(dtype).forward(x, y)
+    check_guards(y)
     assert rel_error(y.to_numpy(), _ref(a, -1)) < TOL[dtype]
 
 
@@ -192,14 +194,38 @@ def test_softmax_long_rows(rng, dtype, shape):
 @pytest.mark.parametrize("shape, axis", [((33, 1000), -1), ((7, 4097), 0), ((2, 32768), -1), ((3, 1000, 5), 1)])
 def test_softmax_extreme_inputs(rng, dtype, shape, axis):
     a = (np.sign(rng.standard_normal(shape)) * 1e4 + rng.standard_normal(shape)).astype(dtype)
-    x, y = cuopjit.tensor(a), cuopjit.empty(shape, dtype).fill(float("nan"))
+    x, y = cuopjit.tensor(a), guarded(shape, dtype)
     _op(dtype).forward(x, y, axis=axis)
+    check_guards(y)
     out = y.to_numpy()
     assert np.all(np.isfinite(out))
     assert rel_error(out, _ref(a, axis)) < 1e-5
     c = np.full(shape, 3.5, dtype)
     _op(dtype).forward(cuopjit.tensor(c), y, axis=axis)
     assert np.allclose(y.to_numpy(), 1.0 / shape[axis], rtol=1e-6)
+
+
+INNER = [((3, 1000, 256), 1), ((2, 4097, 64), 1), ((7, 33, 4), 1), ((33, 7, 1000), 1), ((1, 1, 4), 1),
+         ((4097, 2, 8), 0), ((5, 1024, 12), 1), ((2, 3, 7, 8), 1)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape, axis", INNER)
+def test_softmax_inner_axis_tiles(rng, dtype, shape, axis):
+    """Inner axes whose inner size takes 16-byte vectors (tiles along the contiguous dimension, registers or
+    streamed twice), at odd axis lengths; normal and +-1e4 inputs; NaN-poisoned, guarded outputs."""
+    op = _op(dtype)
+    vec = 16 // np.dtype(dtype).itemsize
+    for a, tol in ((rng.standard_normal(shape) * 3, TOL[dtype]),
+                   (np.sign(rng.standard_normal(shape)) * 1e4 + rng.standard_normal(shape), 1e-5)):
+        a = a.astype(dtype)
+        x, y = cuopjit.tensor(a), guarded(shape, dtype)
+        op.forward(x, y, axis=axis)
+        check_guards(y)
+        assert op.plan(x, y, axis=axis).choice.startswith(f"strided_v{vec}x")
+        out = y.to_numpy()
+        assert np.all(np.isfinite(out)) and rel_error(out, _ref(a, axis)) < tol
 
 
 STREAM_SHAPES = [(140, 8192), (133, 20000), (133, 32768), (140, 4100), (133, 5001)]

@@ -8,8 +8,10 @@ over N, H, W, normalises with them, and updates running_mean/running_var in plac
 default to gamma=1, beta=0, running_mean=0, running_var=1 (created on the first forward).
 
 Kernels (templates/batchnorm.cu.jinja): inference is one `apply` launch; training is `stats`
-(per-(channel, split) Welford partials), `finalize` (batch statistics, running update) and
-`apply`, with the partials and the batch mean/variance in one plan workspace. How each JITConfig
+(per-(channel, split) partials: per-plane, 16-byte loads and shifted sums; flat, Welford), `finalize`
+(a warp per channel: batch statistics, running update) and `apply` (per-plane: tiles in reverse
+order, so what stats read last is re-read from L2 first; an x that fits in L2 is re-read from L2
+entirely), with the partials and the batch mean/variance in one plan workspace. How each JITConfig
 field changes the code:
 
     kernel_type               "simple": the flat apply kernel (one element per thread per
@@ -17,11 +19,11 @@ field changes the code:
                               other kind ("auto", "tiled", "warp_optimized", "tensor_core"): the
                               per-plane apply kernel where H x W > 1 (see enable_shared_memory_opt)
     block_size                threads per block of every kernel (0: 256)
-    tile_size                 per-plane apply: elements per thread per tile, 8 .. 128 (0: 16 float /
-                              8 double); the flat, stats and finalize kernels ignore it
-    enable_shared_memory_opt  per-plane apply kernel (scale/shift computed once per tile of one
-                              (n, c) plane) vs the flat kernel
-    enable_memory_coalescing  16-byte accesses in the per-plane kernel (where pointers and H x W allow)
+    tile_size                 per-plane apply and stats: elements per thread per tile / step, 8 .. 128
+                              (0: 16 float / 8 double); the flat and finalize kernels ignore it
+    enable_shared_memory_opt  per-plane apply and stats kernels (scale/shift computed once per tile of
+                              one (n, c) plane) vs the flat kernels
+    enable_memory_coalescing  16-byte accesses in the per-plane kernels (where pointers and H x W allow)
     enable_loop_unroll        unroll pragmas
     enable_tensor_core, enable_tma   nothing to use them for: ignored
 optimization_level and max_registers reach NVRTC.
@@ -44,6 +46,7 @@ from .params import non_negative_eps, plan_setting, unit_interval_momentum
 TEMPLATE = "batchnorm.cu.jinja"
 TILE_SIZES = (0, 8, 16, 32, 64, 128)
 DEFAULT_THREADS = 256
+STATS_STEPS = 4   # per-plane stats: loads of NV vectors per thread in one work unit
 OPERANDS = ("x", "y", "gamma", "beta", "running_mean", "running_var")
 DEFAULTS = {"gamma": 1.0, "beta": 0.0, "running_mean": 0.0, "running_var": 1.0}
 
@@ -101,15 +104,37 @@ def choices(problem: BatchNormProblem, cfg: ConfigSnapshot, target: Target) -> l
                             kernels.compile_opts(cfg))]
 
 
-def _spec(dtype: np.dtype, kind: str, choice: BatchNormChoice) -> kernels.KernelSpec:
-    """The apply kernel of `choice`, or the stats / finalize kernel (scalar, its thread count)."""
-    apply = kind == "apply"
-    vec, nv, plane = (choice.vec, choice.nv, choice.plane) if apply else (1, 1, False)
+def _spec(dtype: np.dtype, kind: str, choice: BatchNormChoice, training: bool = False) -> kernels.KernelSpec:
+    """The apply kernel of `choice` (tiles reversed when training), its stats kernel (per-plane: the same
+    vectors; else scalar), or the finalize kernel."""
+    vec, nv, plane = (choice.vec, choice.nv, choice.plane) if kind != "finalize" else (1, 1, False)
+    if kind == "stats" and not plane:
+        vec, nv = 1, 1
+    reverse = int(kind == "apply" and plane and training)
     params = {"kind": kind, "scalar_t": scalar_t(dtype), "unroll": choice.unroll, "VEC": vec, "NV": nv,
-              "THREADS": choice.threads, "plane": int(plane)}
-    tag = choice.label if apply else f"t{choice.threads}"
+              "THREADS": choice.threads, "plane": int(plane), "REVERSE": reverse}
+    if kind == "stats" and plane:
+        params["SEG"] = stats_segment(choice)
+    tag = {"apply": choice.label + ("r" if reverse else ""), "stats": choice.label if plane else f"t{choice.threads}",
+           "finalize": f"t{choice.threads}"}[kind]
     name = f"batchnorm_{kind}_{dtype_tag(dtype)}_{tag}" + ("" if choice.unroll else "_nounroll")
     return kernels.make_spec(TEMPLATE, f"batchnorm_{kind}", name, params, choice.opts)
+
+
+def stats_segment(choice: BatchNormChoice) -> int:
+    """Vectors of one plane in a per-plane stats work unit: four steps of the block's loads."""
+    return choice.threads * choice.nv * STATS_STEPS
+
+
+def stats_splits(problem: BatchNormProblem, choice: BatchNormChoice, target: Target) -> int:
+    """Blocks per channel of the stats kernel: per-plane, enough for every SM's resident blocks (one
+    wave, so every block walks its units in step and the last planes read are the last in x); else
+    four blocks per SM."""
+    n, c, hw, threads = problem.n, problem.c, problem.hw, choice.threads
+    if choice.plane:
+        units = n * cdiv(hw // choice.vec, stats_segment(choice))
+        return max(1, min(units, target.sm_count * (2048 // threads) // c))
+    return max(1, min(cdiv(4 * target.sm_count, c), cdiv(n * hw, threads), 1024))
 
 
 def plan(problem: BatchNormProblem, choice: BatchNormChoice, target: Target) -> Plan:
@@ -126,19 +151,19 @@ def plan(problem: BatchNormProblem, choice: BatchNormChoice, target: Target) -> 
         grid = min(cdiv(total, threads), 2 ** 31 - 1)
 
     def apply(mean: Arg, var: Arg) -> KernelLaunch:
-        return KernelLaunch(_spec(dtype, "apply", choice), (grid,), (threads,),
+        return KernelLaunch(_spec(dtype, "apply", choice, problem.training), (grid,), (threads,),
                             (ptr(0), ptr(1), ptr(2), ptr(3), mean, var, i64(total), i32(c), i64(hw),
                              scalar(dtype, problem.eps)), units=units)
 
     if not problem.training:
         return Plan((apply(ptr(4), ptr(5)),), OPERANDS, choice=choice.label)
-    splits = max(1, min(cdiv(4 * target.sm_count, c), cdiv(n * hw, threads), 1024))
+    splits = stats_splits(problem, choice, target)
     ws = len(OPERANDS)
     partials = c * splits * 3 * dtype.itemsize
     mean, var = ptr(ws, partials), ptr(ws, partials + c * dtype.itemsize)
     stats = KernelLaunch(_spec(dtype, "stats", choice), (c * splits,), (threads,),
                          (ptr(0), ptr(ws), i32(n), i32(c), i64(hw), i32(splits)), units=units)
-    finalize = KernelLaunch(_spec(dtype, "finalize", choice), (cdiv(c, threads),), (threads,),
+    finalize = KernelLaunch(_spec(dtype, "finalize", choice), (cdiv(c, threads // 32),), (threads,),
                             (ptr(ws), mean, var, ptr(4), ptr(5), i32(c), i32(splits),
                              scalar(dtype, problem.momentum)), units=units)
     return Plan((stats, finalize, apply(mean, var)), OPERANDS, workspace=partials + 2 * c * dtype.itemsize,
@@ -146,14 +171,16 @@ def plan(problem: BatchNormProblem, choice: BatchNormChoice, target: Target) -> 
 
 
 def problems() -> list[BatchNormProblem]:
-    """Inference on NCHW (aligned planes: vectorised; 5 x 7 planes: scalar) and N x C (flat), and
-    training on NCHW, both dtypes."""
+    """Inference and training on NCHW (aligned planes: vectorised; 5 x 7 planes: scalar) and N x C (flat),
+    both dtypes."""
     out = []
     for dt in ("float32", "float64"):
         out += [BatchNormProblem(dt, 32, 64, 56 * 56, True, False, 1e-5),
                 BatchNormProblem(dt, 2, 3, 5 * 7, True, False, 1e-5),
                 BatchNormProblem(dt, 32, 64, 1, True, False, 1e-5),
-                BatchNormProblem(dt, 32, 64, 56 * 56, True, True, 1e-5, 0.1)]
+                BatchNormProblem(dt, 32, 64, 56 * 56, True, True, 1e-5, 0.1),
+                BatchNormProblem(dt, 2, 3, 5 * 7, True, True, 1e-5, 0.1),
+                BatchNormProblem(dt, 32, 64, 1, True, True, 1e-5, 0.1)]
     return out
 
 
@@ -221,7 +248,7 @@ class BatchNorm(Operator):
     def bind(self, x: Tensor, y: Tensor) -> tuple:
         g, b, m, v = self._params.values()
         pointers = (x.ptr, y.ptr, g.ptr, b.ptr, m.ptr, v.ptr)
-        key = (x.shape, y.shape, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15, self._state)
+        key = (x.plan_key, y.plan_key, self._state)
         return key, pointers, y
 
     def problem(self, x: Tensor, y: Tensor) -> BatchNormProblem | None:
@@ -250,7 +277,7 @@ class BatchNorm(Operator):
                                 self._momentum if self._training else 0.0)
 
     def work(self, x: Tensor, y: Tensor) -> tuple[float, float]:
-        """Inference: 2 flops per element, x read and y written once, 4 parameters per channel read."""
+        """2 flops per element, x read (training: twice) and y written once, 4 parameters per channel read."""
         c = x.shape[1] if x.ndim >= 2 else 0
         reads = 2 if self._training else 1
         return 2.0 * x.size, float(((reads + 1) * x.size + 4 * c) * self.dtype.itemsize)

@@ -8,8 +8,11 @@ gamma, the last dimension is normalised and no affine transform is applied. Vari
 (divides by the count) and computed from registers as the mean of squared deviations.
 
 Kernels (templates/layernorm.cu.jinja) are the row kernels of rows.py, whose docstring gives
-the JITConfig mapping: a row in registers of one block or a cluster, the stream kernel, or
-split-row (partial (mean, M2) per chunk in the plan's workspace, then a combine-and-write kernel).
+the JITConfig mapping: a row in registers of one block or a cluster, the stream kernel, the
+resident kernel (split-row in one launch, each chunk re-read from L2 rather than device memory;
+rows of up to rows.resident's L2 share; H100 measured about 1.5 reads of x, benchmarks/NOTES.md 16),
+or split-row (partial (mean, M2) per chunk in the plan's workspace, then
+a combine-and-write kernel: two reads).
 """
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ TEMPLATE = "layernorm.cu.jinja"
 # float32 32768: 2731 vs 2710 GB/s; float64 32768: 2793 vs 2530.
 LN_STREAM = {4: ((32768, 1024, 1, 2, True),), 8: ((32768, 1024, 1, 2, True),)}
 OPERANDS = ("x", "y", "gamma", "beta")
+RESIDENT_SLACK = 0.25  # resident kernel: extra lead, in blocks the target holds at once (resident_lead;
+                       # H100 NCHW 32x64x224x224: 0 / 0.25 / 0.5 / 1 -> 0.412 / 0.401 / 0.412 / 0.416 ms)
 
 
 @dataclass(frozen=True)
@@ -59,9 +64,11 @@ def long_rows(dtype: np.dtype) -> rows.LongRows:
 
 
 def choices(problem: LayerNormProblem, cfg: ConfigSnapshot, target: Target) -> list[rows.RowChoice]:
-    """The one row kernel `cfg` names for this problem on `target`."""
+    """The one row kernel `cfg` names for this problem on `target`: split-row becomes the resident
+    kernel (one launch, L2 re-reads) where rows.resident allows it."""
     dtype = np.dtype(problem.dtype)
-    return [rows.choose(dtype, cfg, target, problem.rows, problem.length, problem.aligned, long_rows(dtype))]
+    choice = rows.choose(dtype, cfg, target, problem.rows, problem.length, problem.aligned, long_rows(dtype))
+    return [rows.resident(choice, dtype, cfg, target, problem.rows)]
 
 
 def _spec(problem: LayerNormProblem, kind: str, choice: rows.RowChoice) -> kernels.KernelSpec:
@@ -91,6 +98,8 @@ def plan(problem: LayerNormProblem, choice: rows.RowChoice, target: Target) -> P
     blocks = n_rows * layout.chunks
     if blocks >= 2 ** 31:
         raise ValueError(f"LayerNorm: {n_rows} rows of {length} need too many blocks")
+    if layout.kind == "resident":
+        return _resident_plan(problem, choice, target, units)
     part = KernelLaunch(_spec(problem, "partials", choice), (blocks,), (layout.threads,),
                         (ptr(0), ptr(4), i64(n_rows), i32(length), i32(layout.chunks)), units=units)
     apply = KernelLaunch(_spec(problem, "apply", choice), (blocks,), (layout.threads,),
@@ -99,16 +108,45 @@ def plan(problem: LayerNormProblem, choice: rows.RowChoice, target: Target) -> P
     return Plan((part, apply), OPERANDS, workspace=blocks * 2 * dtype.itemsize, choice=choice.label)
 
 
+def resident_lead(n_rows: int, layout: rows.RowPlan, target: Target) -> int:
+    """P items the resident kernel hands out before its first A: a row's chunks (no deadlock), plus
+    RESIDENT_SLACK of the blocks the target holds at once (so an A rarely waits for its row's last P),
+    at most one more row (what L2 holds: rows.resident); at most every item."""
+    held = target.sm_count * max(1, layout.occ // layout.threads)
+    return min(n_rows * layout.chunks, layout.chunks + min(layout.chunks, int(RESIDENT_SLACK * held)))
+
+
+def _resident_plan(problem: LayerNormProblem, choice: rows.RowChoice, target: Target, units: str) -> Plan:
+    """reset, then resident: workspace = counters (1 + 2 rows u32, 16-byte padded), partials
+    (rows x chunks x 2), then (mean, rstd) per row."""
+    dtype, layout, n_rows = np.dtype(problem.dtype), choice.layout, problem.rows
+    counters = 1 + 2 * n_rows
+    ctr_bytes = -(-counters * 4 // 16) * 16
+    part_bytes = n_rows * layout.chunks * 2 * dtype.itemsize
+    reset = KernelLaunch(kernels.make_spec(TEMPLATE, "layernorm_reset", "layernorm_reset",
+                                           {"kind": "reset", "scalar_t": "unsigned int", "unroll": True},
+                                           choice.opts),
+                         (min(-(-counters // 256), 1024),), (256,), (ptr(4), i32(counters)), units="FP32 cores")
+    main = KernelLaunch(_spec(problem, "resident", choice), (2 * n_rows * layout.chunks,), (layout.threads,),
+                        (ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(4, ctr_bytes), ptr(4, ctr_bytes + part_bytes),
+                         i64(n_rows), i32(problem.length), i32(layout.chunks),
+                         i32(resident_lead(n_rows, layout, target)), i32(problem.gdiv), scalar(dtype, problem.eps)),
+                        units=units)
+    return Plan((reset, main), OPERANDS, workspace=ctr_bytes + part_bytes + 2 * n_rows * dtype.itemsize,
+                choice=choice.label)
+
+
 def problems() -> list[LayerNormProblem]:
     """Row-length buckets (aligned and not; many rows: stream kernels, few: clusters), no affine,
-    and cuOP's per-channel NCHW form, both dtypes."""
+    cuOP's per-channel NCHW form (the resident kernel), rows too long for L2 (split-row), both dtypes."""
     out = []
     for dt in ("float32", "float64"):
         out += [LayerNormProblem(dt, n, length, 1, 2, aligned, 1e-5) for n, length, aligned in (
             (4096, 128, True), (4096, 1024, True), (1024, 8192, True), (1024, 32768, True), (8, 32768, True),
             (4096, 1000, False), (4096, 7, False))]
         out += [LayerNormProblem(dt, 4096, 1024, 1, 0, True, 1e-5),
-                LayerNormProblem(dt, 8, 64 * 224 * 224, 224 * 224, 2, True, 1e-5)]
+                LayerNormProblem(dt, 8, 64 * 224 * 224, 224 * 224, 2, True, 1e-5),
+                LayerNormProblem(dt, 4, 1 << 23, 1, 2, True, 1e-5)]
     return out
 
 
@@ -151,8 +189,7 @@ class LayerNorm(Operator):
                 (self._weights[0] | self._weights[1]) & 15)
 
     def bind(self, x: Tensor, y: Tensor) -> tuple:
-        return ((x.shape, y.shape, x.dtype, y.dtype, x.device, y.device, (x.ptr | y.ptr) & 15, self._state),
-                (x.ptr, y.ptr, *self._weights), y)
+        return (x.plan_key, y.plan_key, self._state), (x.ptr, y.ptr, *self._weights), y
 
     def _layout(self, x: Tensor) -> tuple[int, int, int]:
         """(rows, L, gdiv): rows of L normalised scalars; gamma index = column // gdiv."""

@@ -15,7 +15,8 @@ Two families, each for op "max" and "avg". How each JITConfig field changes thei
     other kinds               OPT outputs per thread, 16-byte       16-byte loads, ITEMS in flight
     ("auto", "tiled", ...)    loads/stores where rows line up
     tile_size                 outputs per thread OPT: 8 .. 128      elements per thread per step:
-                              (0: one 16-byte store's worth)        8 .. 128 (0: 4 loads)
+                              (0: one 16-byte store's worth)        8 .. 128 (0: global_geometry:
+                                                                    one wave, <= 8 loads per step)
     block_size                threads per block (0: 256)            threads per block (0: 128; at
                                                                     least the threads per plane)
     enable_memory_coalescing  16-byte accesses vs scalar            16-byte loads vs scalar
@@ -41,7 +42,7 @@ from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
 TEMPLATE = "pool.cu.jinja"
 TILE_SIZES = (0, 8, 16, 32, 64, 128)
 DEFAULT_THREADS = 256
-GLOBAL_ITEMS = 4
+GLOBAL_MAX_ITEMS = 8   # 16-byte loads in flight per thread per step (32 registers)
 GLOBAL_THREADS = 128
 OPT_VECTORS = 1      # 16-byte output vectors per thread in window pools
 
@@ -176,18 +177,38 @@ class GlobalChoice:
 
 
 def global_choices(problem: GlobalProblem, cfg: ConfigSnapshot, target: Target) -> list[GlobalChoice]:
-    """The one kernel shape `cfg` names; threads per plane grow with the plane (up to 512)."""
+    """The one kernel shape `cfg` names (tile_size 0: global_geometry's; else about two steps of tile_size
+    elements per thread, threads per plane up to 512)."""
     check_tile_size(cfg)
     vec = vector_width(np.dtype(problem.dtype))
     simple = cfg.kernel_type == "simple"
     vg = vec if (not simple and cfg.enable_memory_coalescing and problem.aligned and problem.hw % vec == 0) else 1
-    items = 1 if simple else (max(1, cfg.tile_size // vg) if cfg.tile_size else GLOBAL_ITEMS)
-    per_thread = cdiv(problem.hw // vg, 2 * items)   # about two steps of `items` loads per thread
-    tpr = 1
-    while tpr * 2 <= min(per_thread, 512):
-        tpr *= 2
+    nv = problem.hw // vg
+    if simple:
+        tpr, items = _pow2_at_most(min(cdiv(nv, 2), 512)), 1
+    elif cfg.tile_size:
+        items = max(1, cfg.tile_size // vg)
+        tpr = _pow2_at_most(min(cdiv(nv, 2 * items), 512))
+    else:
+        tpr, items = global_geometry(problem.rows, nv, target)
     threads = max(cfg.block_size or GLOBAL_THREADS, tpr)
     return [GlobalChoice(threads, tpr, items, vg, kernels.compile_opts(cfg))]
+
+
+def _pow2_at_most(n: int) -> int:
+    return 1 << max(0, int(n).bit_length() - 1)
+
+
+def global_geometry(rows: int, nv: int, target: Target) -> tuple[int, int]:
+    """(threads per plane, loads per thread per step) for `rows` planes of nv vectors: as many threads
+    per plane (32 .. 512, at most the plane) as one wave of 1024 threads per SM holds, then the
+    loads per step (at most GLOBAL_MAX_ITEMS) spread evenly over the fewest steps."""
+    cap = min(512, _pow2_at_most(nv))
+    tpr = min(32, cap)
+    while tpr * 2 <= cap and rows * tpr * 2 <= target.sm_count * 1024:
+        tpr *= 2
+    steps = cdiv(nv, tpr * GLOBAL_MAX_ITEMS)
+    return tpr, cdiv(nv, tpr * steps)
 
 
 def global_plan(problem: GlobalProblem, choice: GlobalChoice, target: Target) -> Plan:

@@ -24,15 +24,16 @@ How the JITConfig fields change the row kernels (templates/rowops.cuh.jinja):
                               the row's head copied into shared memory by cp.async, the rest
                               re-read from L2; rows >= one per SM) or a thread-block cluster
                               sharing partial results through distributed shared memory (targets
-                              with clusters; both one HBM read of x) vs the split-row path through
-                              global memory (two kernels, two reads, the partial results in the
-                              plan's workspace)
+                              with clusters; both one HBM read of x), and for LayerNorm rows
+                              longer still the resident kernel (see `resident`: L2 re-reads) vs the
+                              split-row path through global memory (two kernels, two reads, the
+                              partial results in the plan's workspace)
     enable_tensor_core, enable_tma   no such row kernel: ignored
 optimization_level and max_registers reach NVRTC.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -63,7 +64,7 @@ def l2_per_sm(target: Target) -> int:
 class RowPlan:
     """Layout of one row kernel: kind 'rows' (row in registers of one block or one cluster), 'stream'
     (one block per row, nv = vectors in flight per thread, `stash` vectors kept in shared memory,
-    occ // tpr blocks per SM) or 'split'."""
+    occ // tpr blocks per SM), 'split' or 'resident' (split's chunks, one launch, L2 re-reads)."""
     kind: str
     vec: int      # scalars per vector access
     nv: int       # vectors per thread
@@ -235,6 +236,18 @@ def plan_stream(dtype: np.dtype, target: Target, lv: int, vec: int, threads: int
     if k * (lv - sv) * vbytes > (l2_per_sm(target) if l2_budget is None else l2_budget):
         return None
     return RowPlan("stream", vec, nv, threads, 1, 1, 1, threads * k, sv, copy_async and sv > 0)
+
+
+def resident(choice: RowChoice, dtype: np.dtype, cfg: ConfigSnapshot, target: Target, rows: int) -> RowChoice:
+    """A split-row choice as the resident kernel (LayerNorm) where shared-memory opt is on and two rows
+    fit in 3/5 of L2 (the row read by P, the row re-read by A: H100 takes rows up to 15.7 MB)."""
+    layout = choice.layout
+    row_bytes = layout.vec * layout.tpr * layout.nv * layout.chunks * np.dtype(dtype).itemsize
+    fits = 2 * row_bytes <= target.l2_bytes * 3 // 5
+    if (layout.kind != "split" or not fits or not cfg.enable_shared_memory_opt or cfg.kernel_type == "simple"
+            or 2 * rows * layout.chunks >= 2 ** 31):
+        return choice
+    return RowChoice(replace(layout, kind="resident"), choice.unroll, choice.opts)
 
 
 def row_grid(layout: RowPlan, rows: int) -> int:

@@ -8,14 +8,18 @@ Kernels (templates/softmax.cu.jinja; the JITConfig mapping of the last-axis kern
                   row (distributed shared memory), whichever STREAM says; longer still, or
                   without clusters: split-row (partial (max, sum) per chunk in the plan's
                   workspace, then a combine-and-write kernel).
-  other axes      x viewed as outer x A x inner, reduced along A in place (no transpose):
-                  threads run over the outer*inner columns, so every load is coalesced.
+  other axes      x viewed as outer x A x inner, reduced along A in place (no transpose), tiled
+                  along the contiguous inner dimension: a block owns tx vectors of adjacent
+                  columns (16-byte vectors where x, y and inner allow) by the whole axis, held
+                  in registers: one read of x, one write of y, every row of the tile a
+                  contiguous run of at least 32 bytes where inner allows (strided_geometry).
                   JITConfig: tile_size = elements of a column each thread holds in registers
-                  (0: 16; a column longer than 32 threads' worth is streamed twice instead),
-                  block_size = threads per block (0: 256), enable_loop_unroll as for rows;
-                  kernel_type, enable_memory_coalescing (the accesses are scalar and coalesced
-                  across columns), enable_shared_memory_opt, enable_tensor_core and enable_tma
-                  change nothing here.
+                  (0: 32 float / 8 double; an axis needing more threads than a block holds,
+                  past 4096 float / 2048 double with 16-byte vectors, is streamed twice
+                  instead), block_size = threads per block (0: 512),
+                  enable_memory_coalescing = 16-byte vectors vs scalars, enable_loop_unroll as
+                  for rows; kernel_type, enable_shared_memory_opt, enable_tensor_core and
+                  enable_tma change nothing here.
 """
 from __future__ import annotations
 
@@ -42,8 +46,9 @@ STREAM = {4: ((32768, 1024, 1, 2, True),), 8: ((8192, 256, 3, 4, True), (32768, 
 
 @dataclass(frozen=True)
 class SoftmaxProblem:
-    """softmax over axis length `length` of x viewed as outer x length x inner; `aligned`: last axis
-    (inner == 1) with 16-byte aligned x and y and a length that is a multiple of the vector width."""
+    """softmax over axis length `length` of x viewed as outer x length x inner; `aligned`: 16-byte
+    aligned x and y and a length (last axis) or inner dimension (other axes) that is a multiple of
+    the vector width."""
     dtype: str
     outer: int
     length: int
@@ -53,16 +58,19 @@ class SoftmaxProblem:
 
 @dataclass(frozen=True)
 class StridedChoice:
-    """A non-last axis: TX columns per block, TY threads along the axis, NA elements each (0: streamed)."""
+    """A non-last axis: tiles of tx vectors of `vec` adjacent columns, ty threads along the axis, na
+    vectors each in registers (0: streamed twice), `occ` threads per SM promised to the compiler."""
     tx: int
     ty: int
     na: int
+    vec: int = 1
+    occ: int = 1024
     unroll: bool = True
     opts: kernels.CompileOpts = kernels.DEFAULT_OPTS
 
     @property
     def label(self) -> str:
-        return f"strided_x{self.tx}y{self.ty}a{self.na}" + ("" if self.unroll else "_nounroll")
+        return f"strided_v{self.vec}x{self.tx}y{self.ty}a{self.na}" + ("" if self.unroll else "_nounroll")
 
 
 def long_rows(dtype: np.dtype) -> rows.LongRows:
@@ -74,19 +82,27 @@ def long_rows(dtype: np.dtype) -> rows.LongRows:
     return rows.LongRows(epts, 256, STREAM[np.dtype(dtype).itemsize])
 
 
-def strided_geometry(a: int, cfg: ConfigSnapshot) -> tuple[int, int, int]:
-    """(TX, TY, NA): columns per block, threads along the axis, elements per thread (0: streamed)."""
-    cap = cfg.tile_size or 16
-    bt = cfg.block_size or 256
-    ty = rows.next_pow2(cdiv(a, cap))
-    if ty <= 32:
-        na = cdiv(a, ty)
-    else:
-        ty, na = 8, 0
-    tx = max(32, bt // ty)
-    while tx * ty > 1024:
-        tx //= 2
-    return tx, ty, na
+def strided_geometry(dtype: np.dtype, a: int, inner: int, vec: int, cfg: ConfigSnapshot) -> StridedChoice:
+    """Tile a non-last axis along the contiguous inner dimension (measured on H100, benchmarks/NOTES.md 16):
+    each thread holds up to tile_size elements (0: 32 float / 8 double) of its vec columns, ty
+    threads cover the axis, tx vectors side by side fill the block of block_size threads (0: 512;
+    at most what the registers of those elements allow per SM), but at least 32 bytes (a sector)
+    and at most the inner dimension; an axis that needs more threads than that is streamed twice
+    instead (NA = 0, tx * vec columns by 8 threads)."""
+    itemsize = np.dtype(dtype).itemsize
+    nv_cap = max(1, min(cfg.tile_size or (32 if itemsize == 4 else 8), rows.MAX_EPT[itemsize]) // vec)
+    regs = nv_cap * vec * itemsize // 4     # registers a thread's vectors take
+    occ = 1024 if regs <= (32 if itemsize == 4 and vec > 1 else 16) else (512 if regs <= 64 else 256)
+    bt = min(cfg.block_size or 512, occ)
+    iv = cdiv(inner, vec)
+    tx_min = min(rows.next_pow2(iv), max(1, 32 // (vec * itemsize)))
+    ty = max(1, rows.next_pow2(cdiv(a, nv_cap)))
+    if ty * tx_min > occ:
+        tx = max(min(rows.next_pow2(iv), max(32, bt // 8)), 4)
+        return StridedChoice(tx, max(8, 32 // tx), 0, vec, 1024, cfg.enable_loop_unroll, kernels.compile_opts(cfg))
+    tx = max(tx_min, min(rows.next_pow2(iv), max(1, bt // ty)))
+    ty = max(ty, cdiv(32, tx))            # at least one full warp
+    return StridedChoice(tx, ty, cdiv(a, ty), vec, occ, cfg.enable_loop_unroll, kernels.compile_opts(cfg))
 
 
 def choices(problem: SoftmaxProblem, cfg: ConfigSnapshot, target: Target) -> list:
@@ -95,7 +111,8 @@ def choices(problem: SoftmaxProblem, cfg: ConfigSnapshot, target: Target) -> lis
     if problem.inner == 1:
         return [rows.choose(dtype, cfg, target, problem.outer, problem.length, problem.aligned, long_rows(dtype))]
     rows.check_config(cfg)
-    return [StridedChoice(*strided_geometry(problem.length, cfg), cfg.enable_loop_unroll, kernels.compile_opts(cfg))]
+    vec = rows.row_vector(dtype, cfg, problem.aligned)
+    return [strided_geometry(dtype, problem.length, problem.inner, vec, cfg)]
 
 
 def _spec(dtype: np.dtype, kind: str, choice: Any, params: dict, tag: str) -> kernels.KernelSpec:
@@ -118,11 +135,13 @@ def plan(problem: SoftmaxProblem, choice: Any, target: Target) -> Plan:
     units = "FP32 cores" if dtype == np.float32 else "FP64 cores"
     n_rows, length = problem.outer, problem.length
     if isinstance(choice, StridedChoice):
-        cols = problem.outer * problem.inner
-        spec = _spec(dtype, "strided", choice, {"TX": choice.tx, "TY": choice.ty, "NA": choice.na},
-                     f"x{choice.tx}y{choice.ty}a{choice.na}")
-        launch = KernelLaunch(spec, (min(cdiv(cols, choice.tx), 2 ** 31 - 1),), (choice.tx, choice.ty),
-                              (ptr(0), ptr(1), i64(cols), i64(problem.inner), i32(length)), units=units)
+        tiles = problem.outer * cdiv(cdiv(problem.inner, choice.vec), choice.tx)
+        params = {"TX": choice.tx, "TY": choice.ty, "NA": choice.na, "VEC": choice.vec, "OCC": choice.occ}
+        if dtype == np.float64:
+            params["exp_poly"] = 1   # one exp per element read: the library's double exp would be the limit
+        spec = _spec(dtype, "strided", choice, params, choice.label.removeprefix("strided_"))
+        launch = KernelLaunch(spec, (min(tiles, 2 ** 31 - 1),), (choice.tx, choice.ty),
+                              (ptr(0), ptr(1), i64(tiles), i64(problem.inner), i32(length)), units=units)
         return Plan((launch,), ("x", "y"), choice=choice.label)
     layout = choice.layout
     if layout.kind == "stream":
@@ -146,13 +165,15 @@ def plan(problem: SoftmaxProblem, choice: Any, target: Target) -> Plan:
 
 def problems() -> list[SoftmaxProblem]:
     """Row-length buckets of the last axis (aligned and not; many rows: stream kernels, few: clusters,
-    a million: split-row) and non-last axes (registers and streamed), both dtypes."""
+    a million: split-row) and non-last axes (scalar and 16-byte tiles, registers and streamed), both dtypes."""
     out = []
     for dt in ("float32", "float64"):
         out += [SoftmaxProblem(dt, n, length, 1, aligned) for n, length, aligned in (
             (4096, 128, True), (4096, 1024, True), (1024, 8192, True), (1024, 32768, True), (8, 32768, True),
             (4096, 1000, False), (4096, 7, False), (16, 1 << 20, True))]
         out += [SoftmaxProblem(dt, 32, a, 33, False) for a in (7, 64, 4097)]
+        out += [SoftmaxProblem(dt, n, a, inner, True) for n, a, inner in ((256, 1024, 256), (4096, 64, 512),
+                                                                          (64, 4097, 64))]
     return out
 
 
@@ -165,8 +186,7 @@ class Softmax(Operator):
     family = FAMILY
 
     def bind(self, x: Tensor, y: Tensor, axis: int = -1) -> tuple:
-        return ((x.shape, y.shape, x.dtype, y.dtype, x.device, y.device, axis, (x.ptr | y.ptr) & 15),
-                (x.ptr, y.ptr), y)
+        return (x.plan_key, y.plan_key, axis), (x.ptr, y.ptr), y
 
     def problem(self, x: Tensor, y: Tensor, axis: Any = -1) -> SoftmaxProblem | None:
         name = type(self).__name__
@@ -185,7 +205,7 @@ class Softmax(Operator):
             return None
         if a >= 2 ** 31:
             raise ValueError(f"{name}: axis length {a} is over 2**31 - 1")
-        aligned = inner == 1 and ((x.ptr | y.ptr) & 15) == 0 and a % vector_width(self.dtype) == 0
+        aligned = ((x.ptr | y.ptr) & 15) == 0 and (a if inner == 1 else inner) % vector_width(self.dtype) == 0
         return SoftmaxProblem(self.dtype.name, outer, a, inner, aligned)
 
     def work(self, x: Tensor, y: Tensor, axis: int = -1) -> tuple[float, float]:

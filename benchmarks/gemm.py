@@ -1,9 +1,11 @@
-"""GEMM: cuopjit vs torch.matmul (cuBLAS) in the same run, float32 and float64, TFLOP/s and ratio.
+"""GEMM: cuopjit vs torch.matmul (cuBLAS) in the same run, float32 and float64, TFLOP/s and ratio (JSON + PNG).
 
 Kernels: "simt" is kernel_type="tiled" (register-tiled FMA kernel; float32's default; torch with
-TF32 off); "tc" is kernel_type="tensor_core" (float32: TF32 mma.sync, compared with torch with TF32
-on; float64: DMMA mma.sync, float64's default, compared with torch's DGEMM, which uses the FP64
-tensor cores too).
+TF32 off); "tc" is kernel_type="tensor_core" (float32: TF32 on Hopper wgmma, compared with torch with
+TF32 on; float64: DMMA mma.sync, float64's default, compared with torch's DGEMM, which uses the FP64
+tensor cores too); "3x" is precision="3xtf32" (float32 only: three TF32 wgmma products, compared
+with torch's exact SGEMM, TF32 off); "seed" is the seed's example configuration (kernel_type
+"tiled", tile 32, block 256, tensor cores and TMA on, float32 only; compared with torch TF32).
 Each timing is the median of >= 20 calls between CUDA events after warm-up (benchmarks/mb_common.py);
 cuopjit launches on the legacy default stream, which torch's events order with. Every case also
 reports ‖out − ref‖/‖ref‖ against a float64 torch product of the same inputs.
@@ -26,27 +28,39 @@ SQUARE = (1024, 2048, 4096, 8192)
 ODD = ((4097, 4097, 4097), (33, 4097, 1000), (1000, 1000, 1000), (4096, 4096, 1000))
 
 
+SEED = dict(kernel_type="tiled", tile_size=32, block_size=256, optimization_level="O2", enable_tensor_core=True,
+            enable_tma=True, max_registers=255)
+CONFIGS = {"simt": {"kernel_type": "tiled"}, "tc": {"kernel_type": "tensor_core"}, "tcnt": {"kernel_type": "tensor_core"},
+           "3x": {"kernel_type": "tensor_core", "precision": "3xtf32"}, "seed": SEED}
+TF32 = {"tc", "tcnt", "seed"}
+# H100 SXM limits (the issue's figures): FFMA and DMMA 66.9 TFLOP/s, TF32 dense 495.
+ROOF = {("float32", False): 66.9, ("float32", True): 495.0, ("float64", False): 66.9, ("float64", True): 66.9}
+NT = {"tcnt"}   # B stored N x K (a Linear layer's weight): both wgmma operands straight from shared memory
+
+
 def case(dtype: str, kernel: str, m: int, n: int, k: int) -> dict:
     """Time one shape with cuopjit and torch; check cuopjit against float64."""
     import torch
     tdt = torch_dtype(dtype)
     a = torch.randn(m, k, dtype=tdt, device="cuda")
-    b = torch.randn(k, n, dtype=tdt, device="cuda")
+    b = torch.randn(n, k, dtype=tdt, device="cuda") if kernel in NT else torch.randn(k, n, dtype=tdt, device="cuda")
     c = torch.full((m, n), float("nan"), dtype=tdt, device="cuda")
-    gemm = cuopjit.GemmFloat() if dtype == "float32" else cuopjit.GemmDouble()
+    gemm = (cuopjit.GemmFloat if dtype == "float32" else cuopjit.GemmDouble)(trans_b=kernel in NT)
     gemm.set_weight(to_cuopjit(b))
     op = (cuopjit.JITGemmFloat if dtype == "float32" else cuopjit.JITGemmDouble)(gemm)
     cfg = cuopjit.JITConfig()
-    cfg.kernel_type = "tensor_core" if kernel == "tc" else "tiled"
+    for field, value in CONFIGS[kernel].items():
+        setattr(cfg, field, value)
     op.set_jit_config(cfg)
     ca, cc = to_cuopjit(a), to_cuopjit(c)
     op.forward(ca, cc)
     torch.cuda.synchronize()
-    ref = a.double() @ b.double()
+    bop = b.t() if kernel in NT else b
+    ref = a.double() @ bop.double()
     err = ((c.double() - ref).norm() / ref.norm()).item()
     mine = time_ms(lambda i: op.forward(ca, cc))
-    torch.backends.cuda.matmul.allow_tf32 = kernel == "tc" and dtype == "float32"
-    theirs = time_ms(lambda i: torch.matmul(a, b, out=c))
+    torch.backends.cuda.matmul.allow_tf32 = kernel in TF32 and dtype == "float32"
+    theirs = time_ms(lambda i: torch.matmul(a, bop, out=c))
     torch.backends.cuda.matmul.allow_tf32 = False
     flops = 2.0 * m * n * k
     name = getattr(op.get_performance_profile(), "kernel_name", "")
@@ -54,13 +68,38 @@ def case(dtype: str, kernel: str, m: int, n: int, k: int) -> dict:
             "cuopjit_ms": mine["median_ms"], "torch_ms": theirs["median_ms"],
             "cuopjit_tflops": flops / mine["median_ms"] / 1e9, "torch_tflops": flops / theirs["median_ms"] / 1e9,
             "ratio": theirs["median_ms"] / mine["median_ms"], "rel_error": err,
-            "torch_tf32": kernel == "tc" and dtype == "float32"}
+            "torch_tf32": kernel in TF32 and dtype == "float32"}
+
+
+def chart(rows: list[dict], path: str) -> None:
+    """cuopjit vs cuBLAS TFLOP/s per shape and mode, with each mode's roofline as a tick."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib missing: no chart)")
+        return
+    xs = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(8, 0.55 * len(rows)), 6))
+    ax.bar([i - 0.2 for i in xs], [r["cuopjit_tflops"] for r in rows], 0.4, label="cuopjit")
+    ax.bar([i + 0.2 for i in xs], [r["torch_tflops"] for r in rows], 0.4, label="cuBLAS (torch.matmul)")
+    roof = [ROOF[r["dtype"], r["torch_tf32"]] for r in rows]
+    ax.scatter(list(xs), roof, marker="_", s=300, color="k", label="roofline (FP32 / TF32 / FP64)")
+    ax.set_xticks(list(xs), [f"{r['dtype'][-2:]} {r['kernel']} {r['m']}x{r['n']}x{r['k']}" for r in rows],
+                  fontsize=7, rotation=60, ha="right")
+    ax.set_yscale("log")
+    ax.set_ylabel("TFLOP/s")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"chart written to {path}")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dtype", choices=["float32", "float64", "both"], default="both")
-    p.add_argument("--kernels", default="simt,tc", help="comma list of simt, tc")
+    p.add_argument("--kernels", default="simt,tc,3x", help="comma list of simt, tc, tcnt (B as N x K), 3x, seed")
     p.add_argument("--sizes", default=",".join(map(str, SQUARE)), help="square sizes (odd shapes always run)")
     p.add_argument("--out", default="benchmarks/results/gemm.json")
     args = p.parse_args()
@@ -72,11 +111,14 @@ def main() -> None:
     rows = []
     for dtype in dtypes:
         for kernel in args.kernels.split(","):
-            for m, n, k in shapes:
+            if dtype == "float64" and kernel in ("3x", "seed", "tcnt"):
+                continue
+            for m, n, k in ([(1000, 1000, 1000)] if kernel == "seed" else shapes):
                 rows.append(case(dtype, kernel, m, n, k))
                 torch.cuda.empty_cache()
     save_json(args.out, {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
               gpu=True)
+    chart(rows, os.path.splitext(args.out)[0] + ".png")
     print(f"{'dtype':8s} {'kernel':5s} {'M x N x K':>17s} {'cuopjit':>8s} {'torch':>8s} {'ratio':>6s} "
           f"{'rel.err':>8s}  kernel (TFLOP/s; tc float32 vs torch TF32)")
     for r in rows:

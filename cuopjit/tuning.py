@@ -1,15 +1,17 @@
 """Auto-tuning (GlobalJITConfig.enable_auto_tuning): time a family's choices once per problem, keep the fastest.
 
 Runs only when a plan is made (the first forward of a shape under a wrapper's settings), never on
-a warm forward. Each timing is one entry of a record in the cache, keyed by family, shape bucket,
-dtype and device identity (name, SM count, arch, driver), so a new choice never discards earlier
-timings and another process on the same GPU model reuses them. Trials run on copies of the
-tensor arguments: in-place operators never see their inputs changed more than once.
+a warm forward. Each timing is one record in the cache (kind "tuning"), one per choice, keyed by
+family, shape bucket, dtype, transposes, precision and device identity (name, SM count, arch,
+driver) plus the choice's label: a new choice never discards earlier timings, another process on
+the same GPU model reuses them without timing, and a bundle carries them to other machines (the
+cache's records travel with its cubins). Trials run on copies of the tensor arguments: in-place
+operators never see their inputs changed more than once.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from . import driver, executor
 from .plan import Plan
@@ -18,6 +20,7 @@ from .settings import RunSettings
 from .target import Target
 from .tensor import Tensor, empty
 
+KIND = "tuning"
 RUNS = 5
 _memory_records: dict[str, dict] = {}
 
@@ -29,18 +32,25 @@ def _bucket(value: Any) -> str:
     return str(1 << max(0, value - 1).bit_length())
 
 
-def record_key(family: str, problem: Any, target: Target) -> str:
-    """family|problem bucket|device identity: the key of one tuning record."""
+def record_key(family: str, problem: Any, target: Target, precision: str = "tf32") -> str:
+    """family|problem bucket|precision|device identity: what every record of one problem's choices shares."""
     fields = ",".join(f"{f.name}={_bucket(getattr(problem, f.name))}" for f in dataclasses.fields(problem)
                       if not isinstance(getattr(problem, f.name), float))
-    return f"{family}|{fields}|{target.name}|{target.sm_count}|{target.arch}|{driver.driver_version()}"
+    return (f"{family}|{fields}|precision={precision}|{target.name}|{target.sm_count}|{target.arch}|"
+            f"{driver.driver_version()}")
 
 
-def _load(settings: RunSettings, key: str) -> dict:
+def choice_key(key: str, label: str) -> str:
+    """The record key of one choice's timing."""
+    return f"{key}|{label}"
+
+
+def _load(settings: RunSettings, key: str) -> dict | None:
     if not settings.persistent:
-        return dict(_memory_records.get(key, {}))
+        found = _memory_records.get(key)
+        return dict(found) if found is not None else None
     from .cache import get_cache
-    return get_cache(settings.cache_dir).load_record("tuning", key) or {}
+    return get_cache(settings.cache_dir).load_record(KIND, key)
 
 
 def _store(settings: RunSettings, key: str, value: dict) -> None:
@@ -48,7 +58,17 @@ def _store(settings: RunSettings, key: str, value: dict) -> None:
         _memory_records[key] = dict(value)
         return
     from .cache import get_cache
-    get_cache(settings.cache_dir).store_record("tuning", key, value)
+    get_cache(settings.cache_dir).store_record(KIND, key, value)
+
+
+def timings(settings: RunSettings, key: str, labels: Sequence[str]) -> dict[str, float]:
+    """Milliseconds per call of each of `labels` that has a record under `key` (others are absent)."""
+    found = {}
+    for label in labels:
+        record = _load(settings, choice_key(key, label))
+        if record is not None and isinstance(record.get("ms"), (int, float)):
+            found[label] = float(record["ms"])
+    return found
 
 
 def _copy(value: Any) -> Any:
@@ -70,20 +90,28 @@ def _time(run, pointers: tuple, stream: int) -> float:
 
 
 def fastest(op: Any, problem: Any, choices: Sequence[Any], settings: RunSettings, target: Target,
-            args: tuple, kwargs: dict, stream: int = 0) -> Plan:
-    """The plan of the fastest of `choices` on this device, timing only those the record lacks."""
-    key = record_key(op.family.name, problem, target)
-    timings = _load(settings, key)
+            args: tuple, kwargs: dict, stream: int = 0,
+            progress: Callable[[int, int, str], None] | None = None) -> Plan:
+    """The plan of the fastest of `choices` on this device, timing only those without a record.
+
+    `progress(done, total, label)` is called before each trial (the `cuopjit tune` progress bar)."""
+    key = record_key(op.family.name, problem, target, settings.config.precision)
     labels = {c.label: c for c in choices}
-    missing = [label for label in labels if label not in timings]
+    known = timings(settings, key, list(labels))
+    missing = [label for label in labels if label not in known]
     if missing:
         trial_args = tuple(_copy(a) for a in args)
         trial_kwargs = {k: _copy(v) for k, v in kwargs.items()}
         _, pointers, _ = op.bind(*trial_args, **trial_kwargs)
         ordinal = driver.current_ordinal()
-        for label in missing:
+        for i, label in enumerate(missing):
+            if progress is not None:
+                progress(i, len(missing), label)
             run = executor.load(op.family.plan(problem, labels[label], target), ordinal, settings)
-            timings[label] = _time(run, pointers, stream)
-        _store(settings, key, timings)
-    best = min(labels, key=lambda label: timings[label])
+            known[label] = _time(run, pointers, stream)
+            _store(settings, choice_key(key, label), {"ms": known[label], "runs": RUNS, "choice": label,
+                                                      "problem": key})
+        if progress is not None:
+            progress(len(missing), len(missing), "")
+    best = min(labels, key=lambda label: known[label])
     return op.family.plan(problem, labels[best], target)

@@ -18,7 +18,7 @@ from cuopjit.ops import gemm_shapes as shapes
 from cuopjit.settings import DEFAULT
 from cuopjit.target import named
 
-from conftest import make_config, rel_error
+from conftest import check_guards, guarded, make_config, rel_error
 
 DTYPES = [np.float32, np.float64]
 SM90, SM80 = named("sm_90"), named("sm_80")
@@ -101,8 +101,9 @@ def test_problems_cover_both_dtypes_and_what_a_default_gemm_runs():
     ("simple", True, "float64", "FP64 cores (SIMT)"),
 ])
 def test_kernel_type_and_tensor_core_permission_pick_the_units(kernel_type, tc, dtype, units):
+    """On sm_80 (sm_90 float32 tensor cores are wgmma: tests/test_gemm_wgmma.py)."""
     cfg = make_config(kernel_type=kernel_type, enable_tensor_core=tc).snapshot()
-    (launch,) = gk.FAMILY.default_plan(gk.packed(dtype, 4096, 4096, 4096), cfg, SM90).launches
+    (launch,) = gk.FAMILY.default_plan(gk.packed(dtype, 4096, 4096, 4096), cfg, SM80).launches
     assert launch.units == units
     assert ("_tf32_" in launch.spec.name or "_dmma_" in launch.spec.name) == ("tensor" in units)
 
@@ -111,7 +112,9 @@ def test_every_seed_configuration_plans_for_both_dtypes_and_targets():
     for fields, dtype, target in itertools.product(SEED_CONFIGS, ("float32", "float64"), (SM80, SM90)):
         cfg = make_config(**fields).snapshot()
         (launch,) = gk.FAMILY.default_plan(gk.packed(dtype, 1000, 1000, 1000), cfg, target).launches
-        if fields.get("tile_size"):
+        if fields.get("tile_size") and "_wgmma_" in launch.spec.name:   # tile_size is the wgmma N
+            assert f"x{fields['tile_size']}x32_" in launch.spec.name
+        elif fields.get("tile_size"):
             assert f"_t{fields['tile_size']}x{fields['tile_size']}x" in launch.spec.name
         if fields.get("block_size"):
             assert launch.block == (fields["block_size"], 1, 1)
@@ -135,17 +138,20 @@ def test_simple_is_a_16_tile_one_output_per_thread():
 def test_every_switch_changes_the_code(dtype, field, value, token):
     start = {"kernel_type": "tiled"}
     problem = gk.packed(dtype, 4096, 4096, 4096)
-    base = gk.FAMILY.default_plan(problem, make_config(**start).snapshot(), SM90).specs[0]
-    changed = gk.FAMILY.default_plan(problem, make_config(**start, **{field: value}).snapshot(), SM90).specs[0]
+    base = gk.FAMILY.default_plan(problem, make_config(**start).snapshot(), SM80).specs[0]
+    changed = gk.FAMILY.default_plan(problem, make_config(**start, **{field: value}).snapshot(), SM80).specs[0]
     src = kernels.source(changed)
     assert token in src and src != kernels.source(base) and changed.name != base.name
 
 
-def test_compile_settings_reach_the_spec_and_tma_is_ignored():
+def test_compile_settings_reach_the_spec_and_tma_needs_a_tma_target():
+    """enable_tma picks the TMA (wgmma) kernel on sm_90; sm_80 has no TMA, so there it changes nothing."""
     cfg = make_config(optimization_level="O2", max_registers=255, enable_tma=True).snapshot()
-    spec = gk.FAMILY.default_plan(gk.packed("float32", 1024, 1024, 1024), cfg, SM90).specs[0]
-    plain = gk.FAMILY.default_plan(gk.packed("float32", 1024, 1024, 1024), JITConfig().snapshot(), SM90).specs[0]
+    spec = gk.FAMILY.default_plan(gk.packed("float32", 1024, 1024, 1024), cfg, SM80).specs[0]
+    plain = gk.FAMILY.default_plan(gk.packed("float32", 1024, 1024, 1024), JITConfig().snapshot(), SM80).specs[0]
     assert (spec.optimization_level, spec.max_registers) == ("O2", 255) and spec.params == plain.params
+    hopper = gk.FAMILY.default_plan(gk.packed("float32", 1024, 1024, 1024), cfg, SM90).specs[0]
+    assert hopper.template == "gemm_wgmma.cu.jinja" and hopper.max_registers == 255
 
 
 def test_names_and_auto_tiles_follow_the_targets_sm_count():
@@ -185,7 +191,7 @@ def test_tuning_candidates_are_the_tuned_shapes_of_the_same_kernel():
 ])
 def test_bad_configs_say_what_to_choose(dtype, fields, message):
     with pytest.raises(ValueError, match=message):
-        gk.choices(gk.packed(dtype, 64, 64, 64), make_config(**fields).snapshot(), SM90)
+        gk.choices(gk.packed(dtype, 64, 64, 64), make_config(**fields).snapshot(), SM80)
 
 
 def test_bad_kernel_type_and_dtype_raise():
@@ -226,7 +232,7 @@ def _operands(rng, dtype, m, n, k, trans_a, trans_b, beta):
     a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(dtype)
     b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(dtype)
     c0 = rng.standard_normal((m, n)).astype(dtype)
-    c = cuopjit.tensor(c0) if beta else cuopjit.empty([m, n], np.dtype(dtype).name).fill(float("nan"))
+    c = guarded([m, n], dtype, fill=c0 if beta else None)   # canaries around C catch out-of-bounds writes
     return a, b, c0, c   # beta == 0 must not read C: it starts as NaN
 
 
@@ -237,27 +243,45 @@ def _reference(a, b, c0, trans_a, trans_b, alpha, beta):
 
 def _assert_within_bound(out, a, b, c0, trans_a, trans_b, alpha, beta, dtype, k: int, tf32: bool) -> None:
     """Componentwise: |C - ref| <= u (|alpha| |op(A)| |op(B)| + |beta| |C0|), u = K+4 roundings of `dtype`
-    (plus two TF32 operand roundings of 2^-11 each). Holds for every seed, also where a.b + c cancels."""
-    u = (k + 4) * np.finfo(dtype).eps + (2 * 2.0 ** -11 if tf32 else 0.0)
+    (TF32: against operands rounded as cvt.rna does, so only the float32 sums remain). Holds for every seed."""
+    if tf32:
+        a, b = _tf32(a, tf32 != "trunc"), _tf32(b, tf32 != "trunc")
+    u = (k + 4) * np.finfo(dtype).eps
     bound = u * _reference(np.abs(a), np.abs(b), np.abs(c0), trans_a, trans_b, abs(alpha), abs(beta))
     err = np.abs(np.asarray(out, np.float64) - _reference(a, b, c0, trans_a, trans_b, alpha, beta))
     assert np.all(np.isfinite(out)) and np.all(err <= bound), (
         f"{out.shape} x k={k} trans=({trans_a},{trans_b}): error {np.max(err - bound):.3g} over the bound")
 
 
-def _run(rng, dtype, m, n, k, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, config=None, tf32=False):
-    """One forward (bare, or through a JIT wrapper with `config`); returns the profile when wrapped."""
+def _tf32(x, nearest: bool = True):
+    """float32 values as tensor cores take them: cvt.rna.tf32.f32 (10 mantissa bits, ties away from zero),
+    or (nearest=False) as wgmma reads a raw float32 from shared memory: the low 13 bits dropped."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    if nearest:
+        bits = bits + np.uint32(0x1000)
+    return (bits & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def _run(rng, dtype, m, n, k, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, config=None, tf32=False,
+         choice=None):
+    """One forward (bare, through a JIT wrapper with `config`, or the plan of `choice`); returns the profile
+    when wrapped. tf32: True (rna operands), "trunc" (truncated operands) or False."""
     a, b, c0, c = _operands(rng, dtype, m, n, k, trans_a, trans_b, beta)
     gemm = (cuopjit.GemmFloat if dtype == np.float32 else cuopjit.GemmDouble)(trans_a, trans_b, alpha, beta)
     gemm.set_weight(cuopjit.tensor(b))
     profile = None
-    if config is None:
+    if choice is not None:
+        at = cuopjit.tensor(a)
+        plan = gk.plan(gemm.problem(at, c), choice, cuopjit.target.of_device(0))
+        executor.load(plan, 0, DEFAULT)((at.ptr, gemm._weight.ptr, c.ptr), 0)
+    elif config is None:
         assert gemm.forward(cuopjit.tensor(a), c) is c
     else:
         jit = (cuopjit.JITGemmFloat if dtype == np.float32 else cuopjit.JITGemmDouble)(gemm)
         jit.set_jit_config(config)
         jit.forward(cuopjit.tensor(a), c)
         profile = jit.get_performance_profile()
+    check_guards(c)
     _assert_within_bound(c.to_numpy(), a, b, c0, trans_a, trans_b, alpha, beta, dtype, k, tf32)
     return profile
 
@@ -326,8 +350,13 @@ def test_every_shape_on_gpu(rng, dtype, shape):
     kernel_type = "tensor_core" if shape.mma else "tiled"
     cfg = make_config(kernel_type=kernel_type, tile_size=shape.bm, block_size=shape.threads)
     tf32 = shape.mma and dtype == "float32"
+    # On sm_90 float32 tensor-core configs run wgmma (tests/test_gemm_wgmma.py): plan this shape directly.
+    wgmma = tf32 and cuopjit.target.of_device(0).capability == 90
     for m, n, k, ta, tb, beta in ((260, 268, 132, False, True, 0.5), (257, 263, 129, True, False, 0.0),
                                   (33, 7, 1000, False, False, 0.0), (1, 1, 1, True, True, 1.0)):
+        if wgmma:
+            _run(rng, dt, m, n, k, ta, tb, beta=beta, tf32=tf32, choice=gk.GemmChoice(shape))
+            continue
         profile = _run(rng, dt, m, n, k, ta, tb, beta=beta, config=cfg, tf32=tf32)
         assert profile.plan_choice == shape.label and f"_{shape.layout}_" in profile.kernel_name
         assert profile.units == gk.UNITS[dtype, shape.mma]
@@ -339,9 +368,10 @@ def test_every_shape_on_gpu(rng, dtype, shape):
 @pytest.mark.parametrize("kernel_type", ["tiled", "tensor_core"])
 def test_switches_off_on_gpu(rng, dtype, field, kernel_type):
     tf32 = kernel_type == "tensor_core" and dtype == np.float32
+    hopper = tf32 and cuopjit.target.of_device(0).capability == 90   # the aligned case runs wgmma there
     for tile in (32, 64, 128):
         cfg = make_config(kernel_type=kernel_type, tile_size=tile, **{field: False})
-        _run(rng, dtype, 260, 268, 132, False, True, beta=0.5, config=cfg, tf32=tf32)
+        _run(rng, dtype, 260, 268, 132, False, True, beta=0.5, config=cfg, tf32="trunc" if hopper else tf32)
         _run(rng, dtype, 257, 263, 129, True, False, config=cfg, tf32=tf32)
 
 
@@ -352,9 +382,17 @@ def test_seed_configurations(rng, dtype, fields):
     """Every configuration the seed shows runs, through the JIT wrapper, on odd sizes."""
     cfg = make_config(**fields)
     tc = gk.uses_tensor_cores(cfg.kernel_type, cfg.enable_tensor_core, np.dtype(dtype).name)
-    tf32 = tc and dtype == np.float32
-    for m, n, k in ((1, 1, 1), (7, 7, 7), (33, 1000, 33), (1000, 33, 1000)):
+    target = cuopjit.target.of_device(0)
+    for m, n, k in ((1, 1, 1), (7, 7, 7), (33, 1000, 36), (1000, 36, 1000), (1000, 1000, 1000)):
+        problem = gk.packed(np.dtype(dtype).name, m, n, k, aligned=k % 4 == 0 and n % 4 == 0)
+        wgmma = gk.uses_wgmma(problem, cfg.snapshot(), target)
+        tf32 = ("trunc" if wgmma else tc) if dtype == np.float32 else False
         profile = _run(rng, dtype, m, n, k, beta=0.0, config=cfg, tf32=tf32)
+        if wgmma:
+            assert profile.units.startswith("TF32 tensor cores") and "_wgmma_" in profile.kernel_name
+            if fields.get("tile_size"):
+                assert f"x{fields['tile_size']}x32_" in profile.kernel_name
+            continue
         assert profile.units == gk.UNITS[np.dtype(dtype).name, tc]
         if fields.get("tile_size"):
             assert f"_t{fields['tile_size']}x{fields['tile_size']}x" in profile.kernel_name

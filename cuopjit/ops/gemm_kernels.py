@@ -2,7 +2,10 @@
 
 One template gives two kernels: the register-tiled SIMT kernel and an mma.sync tensor-core kernel
 (float32 as TF32, relative error ~3e-4; float64 as DMMA, exact FP64 FMAs). Shapes are in
-gemm_shapes.py. How each JITConfig field changes the code:
+gemm_shapes.py. On sm_90 targets float32 tensor-core work goes to the wgmma kernel instead
+(gemm_wgmma.py: TMA, warp-specialised, persistent; TF32 or 3xTF32) wherever it takes the problem
+(aligned, not A^T @ B, not batched, K > 0) and the config's tile_size / block_size are ones it
+builds; `uses_wgmma` is the rule. How each JITConfig field changes the code:
 
     kernel_type     "auto": float64 -> DMMA mma.sync; float32 -> SIMT, or TF32 mma.sync with
                     enable_tensor_core=True. "tiled": SIMT, or mma.sync (TF32 / DMMA) with
@@ -20,7 +23,9 @@ gemm_shapes.py. How each JITConfig field changes the code:
                     (float64: 128..1024); 128: 256..1024 (float64: 256, 512). Others raise, listing
                     the valid ones
     enable_tensor_core        permission for mma.sync under "auto", "tiled", "warp_optimized"
-    enable_tma                no TMA GEMM kernel yet: ignored
+    enable_tma                on sm_90 (TMA), float32 runs the wgmma kernel (as enable_tensor_core)
+    precision                 "3xtf32": the wgmma kernel's split-operand mode; float32 elsewhere runs
+                              the exact SIMT kernel; float64 raises
     enable_loop_unroll        `#pragma unroll` vs `unroll 1` on the k-loop inside a shared-memory tile
     enable_memory_coalescing  16-byte global loads/stores (where `aligned` allows) vs scalar accesses
     enable_shared_memory_opt  shared-memory row padding (bank-conflict-free transposed stores) on/off
@@ -35,9 +40,10 @@ import numpy as np
 
 from .. import kernels
 from ..config import ConfigSnapshot
-from ..plan import Family, KernelLaunch, Plan, i32, ptr, scalar
+from ..plan import Family, KernelLaunch, Plan, i32, i64, ptr, scalar
 from ..target import Target
 from . import gemm_shapes as shapes
+from . import gemm_wgmma
 from .base import cdiv, dtype_tag, scalar_t, vector_width
 
 TEMPLATE = "gemm.cu.jinja"
@@ -56,7 +62,9 @@ _BUILT = (("stages", 1, "one stage: the next k-tile goes through registers into 
 
 @dataclass(frozen=True)
 class GemmProblem:
-    """One GEMM call. `aligned`: A, B, C 16-byte aligned and lda, ldb, ldc multiples of 16 bytes."""
+    """One GEMM call, or `batch` of them in one launch. `aligned`: A, B, C 16-byte aligned and lda, ldb,
+    ldc (and the batch strides) multiples of 16 bytes. Batch entry z reads A + z * stride_a, B + z * stride_b
+    and writes C + z * stride_c (elements; stride 0 broadcasts one matrix over the batch)."""
     dtype: str
     m: int
     n: int
@@ -69,6 +77,10 @@ class GemmProblem:
     lda: int
     ldb: int
     ldc: int
+    batch: int = 1
+    stride_a: int = 0
+    stride_b: int = 0
+    stride_c: int = 0
 
 
 def packed(dtype: str, m: int, n: int, k: int, trans_a: bool = False, trans_b: bool = False,
@@ -102,7 +114,7 @@ def _spell(value: object) -> str:
     return "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
-def uses_tensor_cores(kernel_type: str, enable_tensor_core: bool, dtype: str) -> bool:
+def uses_tensor_cores(kernel_type: str, enable_tensor_core: bool, dtype: str, family: str = "GEMM") -> bool:
     """True for the mma.sync kernel (the rule of the module docstring).
 
     FP64 tensor cores (DMMA) compute exact double FMAs, so "auto" and "warp_optimized" take them for
@@ -110,7 +122,7 @@ def uses_tensor_cores(kernel_type: str, enable_tensor_core: bool, dtype: str) ->
     enable_tensor_core=True or kernel_type="tensor_core" turns them on.
     """
     if kernel_type not in KERNEL_TYPES:
-        raise ValueError(f"GEMM kernel_type={kernel_type!r} is not allowed: choose one of "
+        raise ValueError(f"{family} kernel_type={kernel_type!r} is not allowed: choose one of "
                          f"{', '.join(map(repr, KERNEL_TYPES))}")
     if kernel_type == "simple":
         return False
@@ -138,14 +150,33 @@ def _tile(problem: GemmProblem, cfg: ConfigSnapshot, mma: bool, target: Target) 
     if not tiles:
         raise ValueError(f"GEMM block_size={cfg.block_size} fits no tile of the {_kind(problem.dtype, mma)} kernel: "
                          f"choose one of {', '.join(map(str, shapes.BLOCKS))} or 0 (auto)")
-    return next((t for t in tiles if cdiv(problem.m, t) * cdiv(problem.n, t) >= target.sm_count), tiles[-1])
+    return next((t for t in tiles if cdiv(problem.m, t) * cdiv(problem.n, t) * problem.batch >= target.sm_count),
+                tiles[-1])
 
 
-def choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list[GemmChoice]:
+def uses_wgmma(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> bool:
+    """float32 on an sm_90 target with tensor cores allowed (enable_tensor_core, enable_tma, kernel_type
+    "tensor_core") or asked for by precision="3xtf32", where the wgmma kernel takes the problem."""
+    if problem.dtype == "float64" and cfg.precision != "tf32":
+        raise ValueError(f"GEMM precision={cfg.precision!r} applies to float32 tensor-core products; float64 is "
+                         "exact on every kernel: leave precision='tf32' (the default)")
+    if problem.dtype != "float32" or cfg.kernel_type == "simple":
+        return False
+    wanted = (cfg.precision == "3xtf32" or cfg.enable_tma and target.tma
+              or uses_tensor_cores(cfg.kernel_type, cfg.enable_tensor_core, problem.dtype))
+    # A block_size or tile_size only the mma.sync kernel has names that kernel.
+    buildable = cfg.block_size in (0, 256) and cfg.tile_size in (0, *gemm_wgmma.WIDTHS[1:])
+    return wanted and buildable and gemm_wgmma.why_not(problem, target) is None
+
+
+def choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list:
     """The shape `cfg` names (heuristic where it leaves tile and block to us), then the tuning candidates."""
     if problem.dtype not in ("float32", "float64"):
         raise TypeError(f"GEMM supports float32 and float64, not {problem.dtype}")
-    mma = uses_tensor_cores(cfg.kernel_type, cfg.enable_tensor_core, problem.dtype)
+    if uses_wgmma(problem, cfg, target):
+        return gemm_wgmma.choices(problem, cfg, target, split=cfg.precision == "3xtf32")
+    # precision="3xtf32" where wgmma cannot run: the exact float32 SIMT kernel (at least as accurate).
+    mma = uses_tensor_cores(cfg.kernel_type, cfg.enable_tensor_core, problem.dtype) and cfg.precision == "tf32"
     tile = _tile(problem, cfg, mma, target)
     threads = cfg.block_size or shapes.default_threads(problem.dtype, mma, tile)
     first = shapes.shape(problem.dtype, mma, tile, threads)
@@ -162,8 +193,10 @@ def choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list[G
     return [GemmChoice(s, **switches) for s in found]
 
 
-def plan(problem: GemmProblem, choice: GemmChoice, target: Target) -> Plan:
+def plan(problem: GemmProblem, choice, target: Target) -> Plan:
     """One launch; operands a, b (the weight), c."""
+    if isinstance(choice, gemm_wgmma.WgmmaChoice):
+        return gemm_wgmma.plan(problem, choice, target)
     for field, built, what in _BUILT:
         if getattr(choice, field) != built:
             raise ValueError(f"GEMM {field}={getattr(choice, field)!r} cannot be built yet (templates/gemm.cu.jinja "
@@ -185,16 +218,29 @@ def plan(problem: GemmProblem, choice: GemmChoice, target: Target) -> Plan:
         "min_blocks": 2 if name == "float32" and s.threads == 256 and (vec > 1 or s.mma) else 1,
     }
     params.update({"WARPS_M": s.tm, "WARPS_N": s.tn, "WARPS_K": s.wk} if s.mma else {"TM": s.tm, "TN": s.tn})
+    batched = problem.batch > 1
+    if batched:
+        params["batched"] = True
     ops = ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
     kind = f"{'tf32' if name == 'float32' else 'dmma'}_{s.layout}" if s.mma else s.layout
     readable = (f"gemm_{dtype_tag(dtype)}_t{s.bm}x{s.bn}x{s.bk}_{kind}_{ops}_v{vec}"
-                + ("" if pad else "_nopad") + ("" if choice.unroll else "_nounroll"))
+                + ("" if pad else "_nopad") + ("" if choice.unroll else "_nounroll") + ("_batched" if batched else ""))
     spec = kernels.make_spec(TEMPLATE, "gemm", readable, params, choice.opts)
-    args = (ptr(0), ptr(1), ptr(2), i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
+    return Plan((launch(problem, spec, s, (ptr(0), ptr(1), ptr(2))),), ("a", "b", "c"), choice=choice.label)
+
+
+def launch(problem: GemmProblem, spec: kernels.KernelSpec, s: shapes.Shape, pointers: tuple) -> KernelLaunch:
+    """The launch of `spec` (planned for `problem`) on A, B, C = `pointers`: batches past 65535 (grid z) go to x."""
+    dtype = np.dtype(problem.dtype)
+    args = (*pointers, i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
             i32(problem.ldb), i32(problem.ldc), scalar(dtype, problem.alpha), scalar(dtype, problem.beta))
-    launch = KernelLaunch(spec, (cdiv(problem.n, s.bn), cdiv(problem.m, s.bm)), (s.threads,), args,
-                          units=UNITS[name, s.mma])
-    return Plan((launch,), ("a", "b", "c"), choice=choice.label)
+    tiles_n, grid_z = cdiv(problem.n, s.bn), 1
+    if problem.batch > 1:
+        grid_z = min(problem.batch, 65535)
+        args += (i64(problem.stride_a), i64(problem.stride_b), i64(problem.stride_c), i32(problem.batch),
+                 i32(tiles_n))
+    grid = (tiles_n * cdiv(problem.batch, grid_z), cdiv(problem.m, s.bm), grid_z)
+    return KernelLaunch(spec, grid, (s.threads,), args, units=UNITS[problem.dtype, s.mma])
 
 
 # The old specs() shapes: large and small square problems (aligned), odd ones (unaligned).

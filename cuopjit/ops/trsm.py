@@ -1,0 +1,247 @@
+"""TrsmFloat / TrsmDouble: solve op(A) X = alpha B (left) or X op(A) = alpha B (right), A triangular.
+
+Blocked and recursive, as one plan: the unknowns are halved (at multiples of the leaf size NB) until
+a block has at most NB; each half is solved and the other half updated by a GEMM family launch
+(C -= op(A)_block @ X_half, or X_half @ op(A)_block), so almost all flops run on the GEMM kernels
+and the updates are as large as they can be. A leaf (`trsm_leaf`, templates/trsm.cu.jinja) solves
+one NB x NB diagonal block for every right-hand side, a vector per thread. X = alpha B is written
+first (`trsm_scale`) unless X is B and alpha is 1; then everything works in place on X.
+
+Modes (cuBLAS numbering, or words: cuopjit/ops/blas_flags.py): side 0 left / 1 right, uplo 0 lower /
+1 upper, trans 0 / 1, diag 0 non-unit / 1 unit (the diagonal is then not read). Only the `uplo`
+triangle of A is read. A zero on a non-unit diagonal gives inf/NaN, as LAPACK's trsm does.
+JITConfig fields act on the GEMM updates as in the GEMM family (cuopjit/ops/gemm_kernels.py);
+optimization_level and max_registers reach the leaf kernels too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import kernels
+from ..config import ConfigSnapshot
+from ..plan import Family, KernelLaunch, Plan, i32, i64, ptr, scalar
+from ..target import Target
+from ..tensor import Tensor
+from . import gemm_kernels
+from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
+from .blas_flags import flag
+from .matmul import retarget
+from .params import plan_setting
+
+TEMPLATE = "trsm.cu.jinja"
+NB = {"float32": 64, "float64": 32}     # leaf size: unknowns per diagonal block (registers per thread)
+LEAF_THREADS = 128                      # right-hand sides per leaf block
+
+
+@dataclass(frozen=True)
+class TrsmProblem:
+    """X (m x n) solving op(A) X = alpha B (left, A m x m) or X op(A) = alpha B (right, A n x n); contiguous
+    rows. `inplace`: X is B."""
+    dtype: str
+    m: int
+    n: int
+    right: bool
+    upper: bool
+    trans: bool
+    unit: bool
+    alpha: float
+    aligned: bool
+    inplace: bool
+
+    @property
+    def dim(self) -> int:
+        return self.n if self.right else self.m
+
+
+@dataclass(frozen=True)
+class TrsmChoice:
+    """The leaf size and the config the GEMM updates are planned under."""
+    nb: int
+    config: ConfigSnapshot
+
+    @property
+    def label(self) -> str:
+        return f"nb{self.nb}"
+
+
+def choices(problem: TrsmProblem, cfg: ConfigSnapshot, target: Target) -> list[TrsmChoice]:
+    """One choice; the GEMM family checks `cfg` on the largest update (raising for what it cannot build)."""
+    half = max(1, problem.dim // 2)
+    other = problem.m if problem.right else problem.n
+    gemm_kernels.choices(gemm_kernels.packed(problem.dtype, half, other, half), cfg, target)
+    return [TrsmChoice(NB[problem.dtype], cfg)]
+
+
+def _forward(p: TrsmProblem) -> bool:
+    """Whether blocks are solved first to last: op(A) lower for left, op(A) upper for right."""
+    op_lower = (not p.upper) != p.trans
+    return op_lower != p.right
+
+
+def _op_block(p: TrsmProblem, r0: int, c0: int) -> tuple[int, bool]:
+    """(element offset in A, transposed?) of the block of op(A) whose top-left is (r0, c0)."""
+    return (c0 * p.dim + r0, True) if p.trans else (r0 * p.dim + c0, False)
+
+
+def plan(problem: TrsmProblem, choice: TrsmChoice, target: Target) -> Plan:
+    """[trsm_scale], then leaves and GEMM updates in dependency order; A = operand 0, B = 1, X = 2."""
+    p, dtype = problem, np.dtype(problem.dtype)
+    size, nb, d = dtype.itemsize, choice.nb, problem.dim
+    forward = _forward(p)
+    opts = kernels.compile_opts(choice.config)
+    units = "FP32 cores" if dtype == np.float32 else "FP64 cores"
+    params = {"scalar_t": scalar_t(dtype), "unroll": True, "leaf": True, "NB": nb, "THREADS": LEAF_THREADS, "FORWARD": forward,
+              "UNIT": p.unit, "TRANS_T": p.trans != p.right, "CONTIG": p.right and p.aligned}
+    tag = (f"{dtype_tag(dtype)}_nb{nb}_{'fwd' if forward else 'bwd'}" + ("_unit" if p.unit else "")
+           + ("_t" if params["TRANS_T"] else "") + ("_v" if params["CONTIG"] else ""))
+    leaf_spec = kernels.make_spec(TEMPLATE, "trsm_leaf", f"trsm_leaf_{tag}", params, opts)
+    launches: list[KernelLaunch] = []
+    workspace = [0]
+    if not (p.inplace and p.alpha == 1.0):
+        spec = kernels.make_spec(TEMPLATE, "trsm_scale", f"trsm_scale_{dtype_tag(dtype)}",
+                                 {"scalar_t": scalar_t(dtype), "unroll": True, "leaf": False}, opts)
+        count = p.m * p.n
+        launches.append(KernelLaunch(spec, (min(cdiv(count, 256), target.sm_count * 8),), (256,),
+                                     (ptr(1), ptr(2), i64(count), scalar(dtype, p.alpha)), units=units))
+    vectors = p.m if p.right else p.n
+    estride, vstride = (1, p.n) if p.right else (p.n, 1)
+
+    def leaf(lo: int, hi: int) -> None:
+        launches.append(KernelLaunch(leaf_spec, (cdiv(vectors, LEAF_THREADS),), (LEAF_THREADS,),
+                                     (ptr(0, (lo * d + lo) * size), ptr(2, lo * estride * size), i32(d),
+                                      i32(hi - lo), i32(vectors), i64(estride), i64(vstride)), units=units))
+
+    def update(done: tuple[int, int], todo: tuple[int, int]) -> None:
+        """X[todo] -= coupling of X[done]: the GEMM family's launch on sub-matrices."""
+        (d0, d1), (t0, t1) = done, todo
+        if p.right:   # X[:, todo] -= X[:, done] @ op(A)[done, todo]
+            off, trans_b = _op_block(p, d0, t0)
+            g = gemm_kernels.GemmProblem(p.dtype, p.m, t1 - t0, d1 - d0, False, trans_b, p.aligned, -1.0, 1.0,
+                                         p.n, d, p.n)
+            pointers = (ptr(2, d0 * size), ptr(0, off * size), ptr(2, t0 * size))
+        else:         # X[todo, :] -= op(A)[todo, done] @ X[done, :]
+            off, trans_a = _op_block(p, t0, d0)
+            g = gemm_kernels.GemmProblem(p.dtype, t1 - t0, p.n, d1 - d0, trans_a, False, p.aligned, -1.0, 1.0,
+                                         d, p.n, p.n)
+            pointers = (ptr(0, off * size), ptr(2, d0 * p.n * size), ptr(2, t0 * p.n * size))
+        gemm = gemm_kernels.FAMILY.default_plan(g, choice.config, target)
+        workspace.append(gemm.workspace)   # GEMM launches run one after another: they share one workspace
+        launches.append(retarget(gemm.launches[0], pointers, ptr(3)))
+
+    def solve(lo: int, hi: int) -> None:
+        if hi - lo <= nb:
+            leaf(lo, hi)
+            return
+        mid = lo + cdiv((hi - lo) // 2, nb) * nb
+        first, second = ((lo, mid), (mid, hi)) if forward else ((mid, hi), (lo, mid))
+        solve(*first)
+        update(first, second)
+        solve(*second)
+
+    solve(0, d)
+    return Plan(tuple(launches), ("a", "b", "x"), workspace=max(workspace), choice=choice.label)
+
+
+def problems() -> list[TrsmProblem]:
+    """The goal shape (4096², both sides and triangles, in place) and two odd transposed unit-diagonal solves
+    out of place, both dtypes (six of the eight leaf kernels of a dtype)."""
+    out = []
+    for dt in ("float32", "float64"):
+        out += [TrsmProblem(dt, 4096, 4096, right, upper, False, False, 1.0, True, True)
+                for right in (False, True) for upper in (False, True)]
+        out += [TrsmProblem(dt, 1000, 33, False, False, True, True, 2.0, False, False),
+                TrsmProblem(dt, 33, 1000, True, True, True, True, 2.0, False, False)]
+    return out
+
+
+FAMILY = Family("trsm", choices, plan, problems)
+
+
+class Trsm(Operator):
+    """Triangular solve. `set_matrix_a(A)` fixes A; `forward(B, X)` writes X (X may be B) and returns it."""
+
+    family = FAMILY
+
+    def __init__(self, side: int | str = 0, uplo: int | str = 0, trans: int | str = 0, diag: int | str = 0,
+                 alpha: float = 1.0):
+        super().__init__()
+        name = type(self).__name__
+        self._right, self._upper = flag(name, "side", side), flag(name, "uplo", uplo)
+        self._trans, self._unit = flag(name, "trans", trans), flag(name, "diag", diag)
+        self._alpha = float(alpha)
+        self._matrix: Tensor | None = None
+        self._settings_changed()
+
+    @property
+    def side(self) -> str:
+        return "right" if self._right else "left"
+
+    @property
+    def uplo(self) -> str:
+        return "upper" if self._upper else "lower"
+
+    @property
+    def trans(self) -> bool:
+        return self._trans
+
+    @property
+    def diag(self) -> str:
+        return "unit" if self._unit else "non_unit"
+
+    alpha = plan_setting("alpha")
+
+    def set_matrix_a(self, a: Tensor) -> None:
+        """A, the square triangular matrix (only its `uplo` triangle is read)."""
+        a = self.check_operand("a", a, ndim=2)
+        if a.shape[0] != a.shape[1]:
+            raise ValueError(f"{type(self).__name__}: A must be square, got shape {list(a.shape)}")
+        self._matrix = a
+        self._settings_changed()
+
+    def _plan_settings(self) -> tuple:
+        a = self._matrix
+        return (self._right, self._upper, self._trans, self._unit, self._alpha,
+                None if a is None else (a.shape, a.device, a.ptr & 15))
+
+    def bind(self, b: Tensor, x: Tensor) -> tuple:
+        return (b.plan_key, x.plan_key, b.ptr == x.ptr, self._state), (self._matrix.ptr, b.ptr, x.ptr), x
+
+    def problem(self, b: Tensor, x: Tensor) -> TrsmProblem | None:
+        name = type(self).__name__
+        a = self._matrix
+        if a is None:
+            raise ValueError(f"{name}: no matrix: call set_matrix_a(A) before forward")
+        self.check_operand("a", a, ndim=2)
+        self.check_operand("b", b, ndim=2)
+        self.check_operand("x", x, ndim=2, shape=b.shape)
+        m, n = b.shape
+        d = a.shape[0]
+        if (n if self._right else m) != d:
+            what = f"X op(A) needs b with {d} columns" if self._right else f"op(A) X needs b with {d} rows"
+            raise ValueError(f"{name}: side={self.side}: A is {d} x {d} and b has shape {list(b.shape)}: {what}")
+        if x.ptr != b.ptr and x.ptr < b.ptr + b.size * b.dtype.itemsize and b.ptr < x.ptr + x.size * x.dtype.itemsize:
+            raise ValueError(f"{name}: x overlaps b without being b: pass the same tensor to solve in place")
+        if m == 0 or n == 0:
+            return None
+        vec = vector_width(self.dtype)
+        aligned = ((a.ptr | b.ptr | x.ptr) & 15) == 0 and n % vec == 0 and d % vec == 0
+        return TrsmProblem(self.dtype.name, m, n, self._right, self._upper, self._trans, self._unit, self._alpha,
+                           aligned, b.ptr == x.ptr)
+
+    def work(self, b: Tensor, x: Tensor) -> tuple[float, float]:
+        m, n = b.shape
+        d = self._matrix.shape[0]
+        return float(m * n * d), float((d * d // 2 + 2 * b.size + x.size) * self.dtype.itemsize)
+
+
+class TrsmFloat(Trsm):
+    """float32 TRSM (cuOP `TrsmFloat`)."""
+    dtype = np.dtype(np.float32)
+
+
+class TrsmDouble(Trsm):
+    """float64 TRSM (cuOP `TrsmDouble`)."""
+    dtype = np.dtype(np.float64)
+

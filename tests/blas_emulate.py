@@ -1,0 +1,130 @@
+"""Run a BLAS plan's launches in NumPy, each kernel as its template documents it (CPU tests of the plans).
+
+Buffers are flat float64 arrays, one per operand plus the workspace; a pointer argument is (buffer,
+byte offset). This checks what the CPU can check of a plan: which kernels run in which order on which
+sub-matrices (offsets, leading dimensions, transposes, batch strides) and that together they compute
+the operator's result. The kernels themselves are checked on the GPU.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _view(buf: np.ndarray, offset: int, rows: int, cols: int, ld: int) -> np.ndarray:
+    """A rows x cols row-major sub-matrix with leading dimension ld, starting `offset` elements in."""
+    if rows == 0 or cols == 0:
+        return np.zeros((rows, cols))
+    return np.lib.stride_tricks.as_strided(buf[offset:], (rows, cols), (ld * 8, 8))
+
+
+def run(plan, buffers: list[np.ndarray], itemsize: int) -> None:
+    """Apply every launch of `plan` to `buffers` (operands, then the workspace)."""
+    for kl in plan.launches:
+        params = dict(kl.spec.params)
+        vals = [((a.value, a.offset // itemsize) if a.kind == "ptr" else a.value) for a in kl.args]
+        globals()["_" + kl.spec.kernel](params, kl, vals, buffers)
+
+
+def _gemm(params, kl, v, bufs) -> None:
+    (ia, oa), (ib, ob), (ic, oc), m, n, k, lda, ldb, ldc, alpha, beta = v[:11]
+    batch, sa, sb, sc = (v[14], v[11], v[12], v[13]) if params.get("batched") else (1, 0, 0, 0)
+    for z in range(batch):
+        a = _view(bufs[ia], oa + z * sa, *((k, m) if params["trans_a"] else (m, k)), lda)
+        b = _view(bufs[ib], ob + z * sb, *((n, k) if params["trans_b"] else (k, n)), ldb)
+        a = a.T if params["trans_a"] else a
+        b = b.T if params["trans_b"] else b
+        c = _view(bufs[ic], oc + z * sc, m, n, ldc)
+        out = alpha * (a @ b) + (beta * c if beta else 0.0)
+        c[...] = out
+
+
+def _trsm_scale(params, kl, v, bufs) -> None:
+    (ib, ob), (ix, ox), count, alpha = v
+    bufs[ix][ox:ox + count] = alpha * bufs[ib][ob:ob + count]
+
+
+def _trsm_leaf(params, kl, v, bufs) -> None:
+    (ia, oa), (ix, ox), lda, nb, vectors, es, vs = v
+    t = _view(bufs[ia], oa, nb, nb, lda)
+    t = t.T if params["TRANS_T"] else t
+    t = np.tril(t, -1) if params["FORWARD"] else np.triu(t, 1)
+    t = t + (np.eye(nb) if params["UNIT"] else np.diag(np.diag(_view(bufs[ia], oa, nb, nb, lda))))
+    y = np.lib.stride_tricks.as_strided(bufs[ix][ox:], (nb, vectors), (es * 8, vs * 8))
+    y[...] = np.linalg.solve(t, y.copy())
+
+
+def _symm_fill(params, kl, v, bufs) -> None:
+    (ia, oa), (iw, ow), n = v
+    a = _view(bufs[ia], oa, n, n, n)
+    tri = np.triu(a) if params["upper"] else np.tril(a)
+    _view(bufs[iw], ow, n, n, n)[...] = tri + tri.T - np.diag(np.diag(a))
+
+
+def _gemv_n(params, kl, v, bufs) -> None:
+    _gemv(False, kl, v, bufs)
+
+
+def _gemv_t(params, kl, v, bufs) -> None:
+    _gemv(True, kl, v, bufs)
+
+
+def _gemv(trans, kl, v, bufs) -> None:
+    (ia, oa), (ix, ox), (iy, oy), (ip, op), m, n, lda, chunk, alpha, beta = v
+    a = _view(bufs[ia], oa, m, n, lda)
+    a = a.T if trans else a
+    out, length = a.shape
+    x = bufs[ix][ox:ox + length]
+    splits = kl.grid[1]
+    if splits == 1:
+        y = bufs[iy][oy:oy + out]
+        y[...] = alpha * (a @ x) + (beta * y if beta else 0.0)
+        return
+    for s in range(splits):
+        lo, hi = s * chunk, min(length, (s + 1) * chunk)
+        bufs[ip][op + s * out:op + (s + 1) * out] = a[:, lo:hi] @ x[lo:hi]
+
+
+def _gemv_final(params, kl, v, bufs) -> None:
+    (ip, op), (iy, oy), length, splits, alpha, beta = v
+    total = bufs[ip][op:op + splits * length].reshape(splits, length).sum(axis=0)
+    y = bufs[iy][oy:oy + length]
+    y[...] = alpha * total + (beta * y if beta else 0.0)
+
+
+def fake(shape, dtype="float32", ptr: int = 1 << 20):
+    """A Tensor that only describes memory (no GPU needed): for argument checks and plans on the CPU."""
+    from cuopjit.tensor import Tensor
+    dt = np.dtype(dtype)
+    return Tensor._view(ptr, tuple(shape), dt, 0, None)
+
+
+def run_operator(op, arrays: list[np.ndarray], target, *, same: tuple[int, int] | None = None) -> list[np.ndarray]:
+    """Plan `op` on fake tensors shaped like `arrays` (operands in forward's order after the weight) and run the
+    plan in NumPy on float64 copies; `same=(i, j)` makes operand j the same tensor as operand i (in place).
+    Returns the buffers in the plan's operand order (weight first where the operator has one)."""
+    tensors, step = [], 1 << 24
+    for i, a in enumerate(arrays):
+        tensors.append(tensors[same[0]] if same and i == same[1] else fake(a.shape, op.dtype, (i + 1) * step))
+    plan = op.plan(*tensors, target=target)
+    weight = getattr(op, "_weight", None) or getattr(op, "_matrix", None)
+    bufs = ([np.asarray(weight_array(op), np.float64).ravel().copy()] if weight is not None else [])
+    flat = [np.asarray(a, np.float64).ravel().copy() for a in arrays]
+    if same:
+        flat[same[1]] = flat[same[0]]
+    bufs += flat
+    bufs.append(np.full(max(1, plan.workspace // op.dtype.itemsize), np.nan))
+    run(plan, bufs, op.dtype.itemsize)
+    return bufs
+
+
+_WEIGHTS: dict[int, np.ndarray] = {}
+
+
+def set_fake_weight(op, array: np.ndarray, setter: str = "set_weight") -> None:
+    """Give `op` a fake weight tensor shaped like `array`, whose values the emulator reads from `array`."""
+    getattr(op, setter)(fake(array.shape, op.dtype, 1 << 40))
+    _WEIGHTS[id(op)] = array
+
+
+def weight_array(op) -> np.ndarray:
+    return _WEIGHTS[id(op)]

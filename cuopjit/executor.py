@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import kernels, memory
+from . import debug, kernels, memory
+from .config import get_default_global_jit_config
 from .launch import Launch
 from .plan import Plan
 from .settings import RunSettings
@@ -60,9 +61,10 @@ def load(plan: Plan, ordinal: int, settings: RunSettings) -> Callable[[tuple, in
     runner = Runner(plan, ordinal, launches, loaded)
     for launch in launches:
         launch.runner = runner
-    if len(launches) == 1 and not plan.workspace:
-        return launches[0].fast()
-    return runner
+    run = launches[0].fast() if len(launches) == 1 and not plan.workspace else runner
+    if get_default_global_jit_config().debug():   # enable_debug: each launch is checked synchronously
+        return debug.checked(run, runner)
+    return run
 
 
 def runner_of(run: Callable) -> Runner:

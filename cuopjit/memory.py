@@ -1,7 +1,9 @@
 """Device memory from the driver's stream-ordered pool (cuMemAllocAsync), with stats and limits.
 
 The pool keeps freed blocks (release threshold = max), so allocation after warm-up costs no
-system call; `empty_cache()` hands unused blocks back to the driver.
+system call; `empty_cache()` hands unused blocks back to the driver. Figures are counted here, in
+`allocate` and `release` (never in a forward): `memory_stats()` adds what the pool holds and
+`set_memory_fraction(f)` caps what cuopjit may hold on a device.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ class MemoryStats:
 
 
 _stats: dict[int, MemoryStats] = {}
+_caps: dict[int, tuple[float, int]] = {}   # ordinal -> (fraction, bytes) set by set_memory_fraction
+_KEEP_ALL = 0xFFFFFFFFFFFFFFFF
 
 
 
@@ -34,10 +38,15 @@ def _pool(ordinal: int):
     drv = driver._driver()
     dev = driver.get_device(ordinal)
     pool = check(drv.cuDeviceGetDefaultMemPool(dev.handle), "cuDeviceGetDefaultMemPool")
-    keep = drv.cuuint64_t(0xFFFFFFFFFFFFFFFF)
-    check(drv.cuMemPoolSetAttribute(pool, drv.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, keep),
-          "cuMemPoolSetAttribute")
+    _keep(pool, _caps[ordinal][1] if ordinal in _caps else _KEEP_ALL)
     return pool
+
+
+def _keep(pool, nbytes: int) -> None:
+    """How much freed memory the pool keeps cached past a synchronisation (its release threshold)."""
+    drv = driver._driver()
+    check(drv.cuMemPoolSetAttribute(pool, drv.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                                    drv.cuuint64_t(nbytes)), "cuMemPoolSetAttribute")
 
 
 def allocate(nbytes: int, ordinal: int, stream: int = 0) -> int:
@@ -50,6 +59,8 @@ def allocate(nbytes: int, ordinal: int, stream: int = 0) -> int:
     if stream == 0 and streams.local.relaxed_capture:   # inside `with cuopjit.graph()`
         raise RuntimeError("a tensor cannot be created inside `with cuopjit.graph()`: the allocation would break "
                            "the capture. Create every tensor the captured forwards use before the block")
+    if _caps and ordinal in _caps:
+        _check_cap(nbytes, ordinal)
     err, ptr = drv.cuMemAllocAsync(nbytes, stream)
     if int(err) != 0:
         if err.name != "CUDA_ERROR_OUT_OF_MEMORY":
@@ -81,6 +92,66 @@ def release(ptr: int, nbytes: int, ordinal: int, stream: int = 0) -> None:
     st = _stats[ordinal]
     st.allocated_bytes -= nbytes
     st.frees += 1
+
+
+def _check_cap(nbytes: int, ordinal: int) -> None:
+    """MemoryError when `nbytes` more would take cuopjit past its set_memory_fraction cap on `ordinal`."""
+    fraction, cap = _caps[ordinal]
+    held = _stats.get(ordinal, MemoryStats()).allocated_bytes
+    if held + nbytes > cap:
+        raise MemoryError(
+            f"cuopjit's memory cap on device {ordinal} is reached: requested {format_bytes(nbytes)} ({nbytes} bytes) "
+            f"while holding {format_bytes(held)} of the {format_bytes(cap)} allowed (set_memory_fraction({fraction:g})). "
+            f"Free tensors (del), or raise the fraction", requested=nbytes, free=max(cap - held, 0), total=cap)
+
+
+def set_memory_fraction(fraction: float, device: int | None = None) -> None:
+    """Cap what cuopjit may hold on a device (default: current) at `fraction` of its memory, 0 < fraction <= 1.
+
+    Allocations past the cap raise cuopjit.MemoryError; the pool also keeps no more than the cap cached.
+    """
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise ValueError(f"set_memory_fraction({fraction!r}): the fraction must be a number in (0, 1]")
+    dev = driver.get_device(device)
+    cap = int(dev.total_memory * fraction)
+    _caps[dev.ordinal] = (float(fraction), cap)
+    _keep(_pool(dev.ordinal), cap)
+
+
+def memory_stats(device: int | None = None) -> dict:
+    """Allocated, reserved (held by the pool), peak allocated, allocation count and fragmentation of a device.
+
+    `fragmentation` is the share of the pool's reserve that no live allocation uses (0 when it holds nothing);
+    `limit` is the set_memory_fraction cap in bytes (None: no cap).
+    """
+    if driver.device_count() == 0:
+        ordinal = driver.current_ordinal() if device is None else device
+        reserved = used = 0
+    else:
+        ordinal = driver.get_device(device).ordinal
+        reserved = _pool_attribute(ordinal, "CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT")
+        used = _pool_attribute(ordinal, "CU_MEMPOOL_ATTR_USED_MEM_CURRENT")
+    st = _stats.get(ordinal, MemoryStats())
+    return {"device": ordinal, "allocated": st.allocated_bytes, "reserved": reserved, "pool_used": used,
+            "peak_allocated": st.peak_allocated_bytes, "allocations": st.allocations, "frees": st.frees,
+            "active_allocations": st.allocations - st.frees,
+            "fragmentation": (reserved - used) / reserved if reserved else 0.0,
+            "limit": _caps[ordinal][1] if ordinal in _caps else None}
+
+
+def _pool_attribute(ordinal: int, name: str) -> int:
+    drv = driver._driver()
+    value = check(drv.cuMemPoolGetAttribute(_pool(ordinal), getattr(drv.CUmemPool_attribute, name)),
+                  "cuMemPoolGetAttribute")
+    return int(value)
+
+
+def reset_peak_memory_stats(device: int | None = None) -> None:
+    """Start the peak-allocated figure of a device (default: current) again from what is allocated now."""
+    ordinal = driver.current_ordinal() if device is None else device
+    st = _stats.get(ordinal)
+    if st is not None:
+        st.peak_allocated_bytes = st.allocated_bytes
 
 
 def stats(ordinal: int | None = None) -> MemoryStats:

@@ -30,6 +30,13 @@ def session_cache(tmp_path_factory):
         yield
 
 
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    """Each test sees warn_once's first warnings, whatever this process ran before (mutmut reruns the suite)."""
+    from cuopjit import log
+    monkeypatch.setattr(log, "_warned", set())
+
+
 @pytest.fixture
 def cache_dir(tmp_path):
     """An empty cache directory of this test's own (CUOPJIT_CACHE_DIR), for tests about the cache."""
@@ -100,3 +107,36 @@ SEED = dict(kernel_type="tiled", tile_size=32, block_size=256, optimization_leve
 SEED_CONFIGS = [dict(kernel_type=k, tile_size=t, block_size=256)
                 for k in ("auto", "simple", "tiled", "warp_optimized", "tensor_core") for t in (16, 32, 64, 128)]
 SEED_CONFIGS.append(SEED)
+
+
+# --- guard regions: a write past either end of an output changes a canary ------------------------------
+_CANARY = {np.dtype(np.float32): np.uint32(0xA5A5A5A5), np.dtype(np.float64): np.uint64(0xA5A5A5A5A5A5A5A5)}
+
+
+def guarded(shape, dtype="float32", fill=None, pad: int | None = None):
+    """An output Tensor inside a larger allocation: `pad` canary elements before and after it (default one
+    row, at least 256, a multiple of 64 so alignment is kept), the output itself NaN-poisoned (or `fill`)."""
+    import math
+
+    import cuopjit
+    from cuopjit.tensor import Tensor
+    dt, shape = np.dtype(dtype), (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+    n = math.prod(shape)
+    pad = pad if pad is not None else -(-max(256, shape[-1] if shape else 1) // 64) * 64
+    host = np.full(2 * pad + n, _CANARY[dt]).view(dt)
+    host[pad:pad + n] = np.nan if fill is None else np.asarray(fill, dtype=dt).ravel()
+    base = cuopjit.tensor(host)
+    return Tensor._view(base.ptr + pad * dt.itemsize, shape, dt, base.device, base)
+
+
+def check_guards(t) -> None:
+    """Assert that the canaries around a `guarded` output are unchanged (no out-of-bounds write)."""
+    base, dt = t._owner, t.dtype
+    words = base.to_numpy().view(_CANARY[dt].dtype)
+    pad = (t.ptr - base.ptr) // dt.itemsize
+    before = np.flatnonzero(words[:pad] != _CANARY[dt])
+    after = np.flatnonzero(words[pad + t.size:] != _CANARY[dt])
+    assert before.size == 0 and after.size == 0, (
+        f"out-of-bounds write around an output of shape {list(t.shape)}: {before.size} elements changed before it "
+        f"(nearest {pad - before.max() if before.size else '-'} before), {after.size} after it "
+        f"(first {after.min() if after.size else '-'} past the end)")

@@ -7,7 +7,7 @@ import pytest
 import cuopjit
 from cuopjit import kernels, target
 
-from conftest import SEED_CONFIGS, make_config
+from conftest import SEED_CONFIGS, check_guards, guarded, make_config
 
 DTYPES = [np.float32, np.float64]
 SHAPES = [(1,), (7,), (33, 7), (1000,), (4097,), (3, 1000, 7), (1 << 20) + 1]
@@ -62,8 +62,9 @@ def test_wrapper_type():
 def test_relu(rng, dtype, shape):
     a = rng.standard_normal(shape).astype(dtype)
     op = (cuopjit.ReluFloat if dtype == np.float32 else cuopjit.ReluDouble)()
-    x, y = cuopjit.tensor(a), cuopjit.empty(a.shape, dtype).fill(float("nan"))
+    x, y = cuopjit.tensor(a), guarded(a.shape, dtype)
     assert op.forward(x, y) is y
+    check_guards(y)
     assert np.array_equal(y.to_numpy(), np.maximum(a, 0))
     op.forward(x, x)  # in place
     assert np.array_equal(x.to_numpy(), np.maximum(a, 0))
@@ -81,8 +82,9 @@ def test_jit_relu_configs(rng, fields, dtype):
     jit = wrapper(op)
     jit.set_jit_config(make_config(**fields))
     jit.enable_persistent_cache(False)
-    x, y = cuopjit.tensor(a), cuopjit.empty([n], dtype).fill(float("nan"))
+    x, y = cuopjit.tensor(a), guarded([n], dtype)
     jit.forward(x, y)
+    check_guards(y)
     ref = np.where(a < 0, 0, a)
     np.testing.assert_array_equal(y.to_numpy(), ref)  # NaN stays NaN
     p = jit.get_performance_profile()

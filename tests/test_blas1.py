@@ -9,7 +9,7 @@ from cuopjit import target
 from cuopjit.ops import FAMILIES, blas1
 from cuopjit.ops.blas1 import DotProblem
 
-from conftest import SEED, SEED_CONFIGS, build_once, family_plans, make_config, rel_error
+from conftest import SEED, SEED_CONFIGS, build_once, check_guards, family_plans, guarded, make_config, rel_error
 
 DTYPES = [np.float32, np.float64]
 SIZES = [1, 7, 33, 1000, 4097, (1 << 20) + 3]
@@ -21,10 +21,8 @@ SM80, SM90 = target.named("sm_80"), target.named("sm_90")
 
 
 def _unaligned(n, dtype):
-    """A Tensor of n elements whose pointer is one element past a 16-byte boundary (scalar path)."""
-    base = cuopjit.empty([n + 1], dtype)
-    view = cuopjit.Tensor._view(base.ptr + np.dtype(dtype).itemsize, (n,), np.dtype(dtype), base.device, base)
-    return view
+    """A Tensor of n elements whose pointer is one element past a 16-byte boundary (scalar path), in guards."""
+    return guarded([n], dtype, pad=257)
 
 
 def _plans(op: str, fields: dict, t: target.Target) -> list:
@@ -89,9 +87,10 @@ def test_dot_plan_follows_the_target():
 @pytest.mark.parametrize("n", SIZES)
 def test_scal(rng, dtype, n):
     a = rng.standard_normal(n).astype(dtype)
-    x = cuopjit.tensor(a)
+    x = guarded([n], dtype, fill=a)
     op = (cuopjit.ScalFloat if dtype == np.float32 else cuopjit.ScalDouble)(2.5)
     assert op.forward(x) is x
+    check_guards(x)
     assert rel_error(x.to_numpy(), 2.5 * a.astype(np.float64)) <= TOL[dtype]
     op.set_alpha(-1.0)   # a new alpha: a new plan
     x.copy_from(a)
@@ -106,18 +105,22 @@ def test_axpy_copy(rng, dtype, n):
     a, b = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
     axpy = (cuopjit.AxpyFloat if dtype == np.float32 else cuopjit.AxpyDouble)(-1.5)
     copy = (cuopjit.CopyFloat if dtype == np.float32 else cuopjit.CopyDouble)()
-    x, y = cuopjit.tensor(a), cuopjit.tensor(b)
+    x, y = cuopjit.tensor(a), guarded([n], dtype, fill=b)
     axpy.forward(x, y)
+    check_guards(y)
     assert rel_error(y.to_numpy(), -1.5 * a.astype(np.float64) + b) <= 4 * TOL[dtype]
-    z = cuopjit.empty([n], dtype).fill(float("nan"))
+    z = guarded([n], dtype)
     copy.forward(x, z)
+    check_guards(z)
     assert np.array_equal(z.to_numpy(), a)
     # the same operators again on unaligned views (scalar fallback, another launch key)
     xu, yu = _unaligned(n, dtype).copy_from(a), _unaligned(n, dtype).fill(float("nan"))
     copy.forward(xu, yu)
+    check_guards(yu)
     assert np.array_equal(yu.to_numpy(), a)
     yu.copy_from(b)
     axpy.forward(xu, yu)
+    check_guards(yu)
     assert rel_error(yu.to_numpy(), -1.5 * a.astype(np.float64) + b) <= 4 * TOL[dtype]
 
 
@@ -145,8 +148,9 @@ def test_dot(rng, dtype, n):
     again = [dot.forward(x, y) for _ in range(3)] + [type(dot)().forward(x, y)]
     assert all(np.array(v, dtype=dtype).tobytes() == np.array(got, dtype=dtype).tobytes() for v in again)
     # device-result mode
-    r = cuopjit.empty([1], dtype).fill(float("nan"))
+    r = guarded([1], dtype)
     assert dot.forward(x, y, result=r) is r
+    check_guards(r)
     assert r.to_numpy()[0] == np.array(got, dtype=dtype)
     # unaligned inputs
     xu, yu = _unaligned(n, dtype).copy_from(a), _unaligned(n, dtype).copy_from(b)

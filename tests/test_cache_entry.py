@@ -188,8 +188,10 @@ def test_records_round_trip_and_survive_processes(cache_dir):
         cache.store_record("../x", "k", {})
 
 
-def test_get_cache_memoises_per_directory_and_honours_enable_caching(cache_dir, tmp_path):
+def test_get_cache_memoises_per_directory_and_honours_enable_caching(cache_dir, tmp_path, monkeypatch):
+    import cuopjit.cache
     from cuopjit.config import get_default_global_jit_config
+    monkeypatch.setattr(cuopjit.cache, "_caches", {})   # no memory-only cache left by an earlier run in this process
     assert get_cache() is get_cache(cache_dir)
     assert get_cache(tmp_path / "other") is not get_cache()
     config = get_default_global_jit_config()

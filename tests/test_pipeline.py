@@ -47,7 +47,8 @@ def test_compile_error_names_template_line_and_config():
         kernels.build(bad, "sm_90", persistent=False)
     msg = str(info.value)
     assert "common.cuh.jinja(2)" in msg                      # NVRTC's own location, via #line
-    assert "> " in msg and "typedef {{ scalar_t }} scalar_t;" in msg   # the template excerpt
+    assert ">     2 | typedef {{ scalar_t }} scalar_t;" in msg       # the template excerpt, line by line
+    assert "      1 | // common.cuh:" in msg and "      3 | typedef unsigned int uint32_t;" in msg
     assert "scalar_t=no_such_type" in msg                  # the config that produced it
     assert info.value.log and "--gpu-architecture=sm_90" in info.value.options
 
@@ -93,3 +94,64 @@ def test_get_device_without_a_gpu_raises_what_still_works():
     with pytest.raises(cuopjit.NoDeviceError, match=r"cuopjit can still render, compile and prewarm kernels without "
                                                     r"one \(e.g. `cuopjit prewarm --arch sm_90`\)"):
         cuopjit.get_device()
+
+
+def _registers(spec: kernels.KernelSpec, cap: int, arch: str) -> tuple[int, str]:
+    """(registers ptxas reported, the cache key) for `spec` compiled with max_registers=cap."""
+    capped = kernels.make_spec(spec.template, spec.kernel, spec.name, dict(spec.params), (spec.optimization_level, cap))
+    compiled = []
+    real = kernels.compiler.compile_cubin
+
+    def spy(*args, **kwargs):
+        compiled.append(real(*args, **kwargs))
+        return compiled[-1]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernels.compiler, "compile_cubin", spy)
+        cubin, info = kernels.build(capped, arch, persistent=False)
+    assert cubin == compiled[0].cubin and info.registers == compiled[0].registers
+    return compiled[0].registers, info.key
+
+
+@pytest.mark.parametrize("family, index, arch", [("gemm", 0, "sm_90"), ("layernorm", 2, "sm_80")])
+def test_max_registers_caps_the_compiled_kernel(family, index, arch):
+    """__launch_bounds__ overrides --maxrregcount: a cap must reach the kernel itself (__maxnreg__)."""
+    spec = representative_plans([family], ["float32"])[index].plan.specs[0]   # GEMM 128, LayerNorm ~60 registers
+    free, free_key = _registers(spec, 0, arch)
+    capped, capped_key = _registers(spec, 32, arch)
+    assert free > 32 and capped <= 32 and capped_key != free_key
+    src = kernels.source(kernels.make_spec(spec.template, spec.kernel, spec.name, dict(spec.params), ("O3", 32)))
+    assert "__maxnreg__(cuopjit_reg_cap(32, __VA_ARGS__))" in src and "max_registers=32" in src
+    assert "__maxnreg__" not in kernels.source(spec)
+    # a cap above what the launch bounds allow is lowered to them: the kernel still launches
+    assert _registers(spec, 255, arch)[0] <= 65536 // 128
+
+
+def test_max_registers_reaches_nvrtc(monkeypatch):
+    """--maxrregcount is passed to NVRTC itself, not only written into the cache key."""
+    spec = _gemm_spec()
+    capped = kernels.make_spec(spec.template, spec.kernel, spec.name, dict(spec.params), ("O2", 40))
+    seen = []
+    real = kernels.compiler._nvrtc
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real(), name)
+
+        def nvrtcCompileProgram(self, prog, n, flags):
+            seen.append([f.decode() for f in flags][:n])
+            return real().nvrtcCompileProgram(prog, n, flags)
+    monkeypatch.setattr(kernels.compiler, "_nvrtc", Spy)
+    kernels.build(capped, "sm_90", persistent=False)
+    assert "--maxrregcount=40" in seen[0] and "--ptxas-options=-O2" in seen[0]
+    assert "--gpu-architecture=sm_90" in seen[0]
+    assert tuple(seen[0]) == kernels.entry_spec(capped, "sm_90").options
+
+
+def test_the_pipeline_keys_on_the_real_nvrtc_version(monkeypatch):
+    """An NVRTC upgrade must miss the cache: the key holds the version NVRTC reports, not a constant."""
+    spec = _gemm_spec()
+    entry = kernels.entry_spec(spec, "sm_90")
+    assert entry.nvrtc_version == kernels.compiler.nvrtc_version() == kernels.compiler.loaded_nvrtc_version()
+    monkeypatch.setattr(kernels.compiler, "nvrtc_version", lambda: "99.1")
+    other = kernels.entry_spec(spec, "sm_90")
+    assert other.nvrtc_version == "99.1" and other.key != entry.key

@@ -9,7 +9,7 @@ from cuopjit import target
 from cuopjit.ops import FAMILIES, shape as shape_ops
 from cuopjit.ops.shape import flattened_shape, view_problem
 
-from conftest import SEED, SEED_CONFIGS, build_once, family_plans, make_config
+from conftest import SEED, SEED_CONFIGS, build_once, check_guards, family_plans, guarded, make_config
 
 DTYPES = [np.float32, np.float64]
 OPS = ["flatten", "view"]
@@ -78,9 +78,10 @@ def test_flattened_shape():
 def test_flatten(rng, dtype, shape, start, end):
     a = rng.standard_normal(shape).astype(dtype)
     want = flattened_shape(shape, start, end)
-    x, y = cuopjit.tensor(a), cuopjit.empty(want, dtype).fill(float("nan"))
+    x, y = cuopjit.tensor(a), guarded(want, dtype)
     op = (cuopjit.FlattenFloat if dtype == np.float32 else cuopjit.FlattenDouble)()
     assert op.forward(x, y, start_dim=start, end_dim=end) is y
+    check_guards(y)
     assert np.array_equal(y.to_numpy(), a.reshape(want))
 
 
@@ -100,15 +101,17 @@ def test_flatten(rng, dtype, shape, start, end):
 def test_view(rng, dtype, xshape, offset, shape):
     a = rng.standard_normal(xshape).astype(dtype)
     ref = a[tuple(slice(o, o + s) for o, s in zip(offset, shape))]
-    x, y = cuopjit.tensor(a), cuopjit.empty(shape, dtype).fill(float("nan"))
+    x, y = cuopjit.tensor(a), guarded(shape, dtype)
     op = (cuopjit.ViewFloat if dtype == np.float32 else cuopjit.ViewDouble)()
     assert op.forward(x, y, list(offset), list(shape)) is y
+    check_guards(y)
     assert np.array_equal(y.to_numpy(), ref)
     op2 = (cuopjit.ViewFloat if dtype == np.float32 else cuopjit.ViewDouble)()
     op2.set_offset(list(offset))
     op2.set_shape(list(shape))
     y.fill(float("nan"))
     op2.forward(x, y)
+    check_guards(y)
     assert np.array_equal(y.to_numpy(), ref)
 
 

@@ -7,7 +7,8 @@ from .config import GlobalJITConfig, JITConfig, get_default_global_jit_config, g
 from .driver import synchronize
 from .errors import CompileError, CuopjitError, ExecutionError, MemoryError, NoDeviceError
 from .jit import JITWrapper
-from .memory import empty_cache, memory_context
+from .memory import empty_cache, memory_context, memory_stats, reset_peak_memory_stats, set_memory_fraction
+from .explain import explain
 from .ops import GemmDouble, GemmFloat
 from .ops import (AveragePool2DDouble, AveragePool2DFloat, AxpyDouble, AxpyFloat, CopyDouble, CopyFloat, DotDouble,
                   DotFloat, FlattenDouble, FlattenFloat, GlobalAveragePool2DDouble, GlobalAveragePool2DFloat,
@@ -22,9 +23,15 @@ from .tensor import (Tensor, TensorDouble, TensorFloat, empty, eye, from_dlpack,
                      meshgrid, ones, random, tensor, zeros)
 from .wrappers import JITGemmDouble, JITGemmFloat
 from .wrappers import JITReluDouble, JITReluFloat
+from .ops import (BatchMatMulDouble, BatchMatMulFloat, GemvDouble, GemvFloat, MatMulDouble, MatMulFloat,
+                  SymmDouble, SymmFloat, TrsmDouble, TrsmFloat)
+from .wrappers import (JITBatchMatMulDouble, JITBatchMatMulFloat, JITGemvDouble, JITGemvFloat, JITMatMulDouble,
+                       JITMatMulFloat, JITSymmDouble, JITSymmFloat, JITTrsmDouble, JITTrsmFloat)
 from .ops import BatchNormDouble, BatchNormFloat, LayerNormDouble, LayerNormFloat, SoftmaxDouble, SoftmaxFloat
 from .wrappers import (JITBatchNormDouble, JITBatchNormFloat, JITLayerNormDouble, JITLayerNormFloat,
                        JITSoftmaxDouble, JITSoftmaxFloat)
+from .ops import Convolution2DDouble, Convolution2DFloat
+from .wrappers import JITConvolution2DDouble, JITConvolution2DFloat
 
 __all__ = [
     "__version__", "JITConfig", "GlobalJITConfig", "get_default_jit_config", "get_default_global_jit_config",
@@ -32,8 +39,13 @@ __all__ = [
     "Tensor", "TensorFloat", "TensorDouble", "tensor", "from_dlpack", "zeros", "ones", "empty", "random", "eye",
     "linspace", "logspace", "meshgrid",
     "get_device_count", "get_device", "set_device", "synchronize", "get_memory_info", "print_system_info",
-    "empty_cache", "memory_context", "benchmark", "PerformanceProfile", "Stream", "stream", "graph", "Graph",
+    "empty_cache", "memory_context", "memory_stats", "reset_peak_memory_stats", "set_memory_fraction", "explain",
+    "benchmark", "PerformanceProfile", "Stream", "stream", "graph", "Graph",
     "GemmFloat", "GemmDouble", "JITWrapper", "JITGemmFloat", "JITGemmDouble",
+    "GemvFloat", "GemvDouble", "MatMulFloat", "MatMulDouble", "BatchMatMulFloat", "BatchMatMulDouble",
+    "SymmFloat", "SymmDouble", "TrsmFloat", "TrsmDouble", "JITGemvFloat", "JITGemvDouble", "JITMatMulFloat",
+    "JITMatMulDouble", "JITBatchMatMulFloat", "JITBatchMatMulDouble", "JITSymmFloat", "JITSymmDouble",
+    "JITTrsmFloat", "JITTrsmDouble",
     "ScalFloat", "ScalDouble", "AxpyFloat", "AxpyDouble", "CopyFloat", "CopyDouble", "DotFloat", "DotDouble",
     "ReluFloat", "ReluDouble", "JITReluFloat", "JITReluDouble",
     "MaxPool2DFloat", "MaxPool2DDouble", "AveragePool2DFloat", "AveragePool2DDouble",
@@ -42,4 +54,5 @@ __all__ = [
     "SoftmaxFloat", "SoftmaxDouble", "LayerNormFloat", "LayerNormDouble", "BatchNormFloat", "BatchNormDouble",
     "JITSoftmaxFloat", "JITSoftmaxDouble", "JITLayerNormFloat", "JITLayerNormDouble", "JITBatchNormFloat",
     "JITBatchNormDouble",
+    "Convolution2DFloat", "Convolution2DDouble", "JITConvolution2DFloat", "JITConvolution2DDouble",
 ]

@@ -1,4 +1,5 @@
-"""The `cuopjit` command: prewarm the cache (no GPU needed), show generated source, inspect the cache."""
+"""The `cuopjit` command: prewarm the cache (no GPU needed), show generated source, PTX or SASS, explain a
+kernel choice, benchmark against PyTorch, inspect the cache."""
 from __future__ import annotations
 
 import argparse
@@ -32,6 +33,7 @@ def _config_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-unroll", action="store_true", help="enable_loop_unroll=False")
     g.add_argument("--no-coalescing", action="store_true", help="enable_memory_coalescing=False")
     g.add_argument("--no-shared-memory-opt", action="store_true", help="enable_shared_memory_opt=False")
+    g.add_argument("--precision", default="tf32", help="float32 tensor-core products: tf32 or 3xtf32")
 
 
 def _config(ns: argparse.Namespace) -> JITConfig:
@@ -43,6 +45,7 @@ def _config(ns: argparse.Namespace) -> JITConfig:
     cfg.enable_loop_unroll = not ns.no_unroll
     cfg.enable_memory_coalescing = not ns.no_coalescing
     cfg.enable_shared_memory_opt = not ns.no_shared_memory_opt
+    cfg.precision = ns.precision
     return cfg
 
 
@@ -138,10 +141,8 @@ def cmd_show(ns: argparse.Namespace) -> int:
         for kl in p.plan.launches:
             if kl.spec not in [s for s, _ in shown]:
                 shown.append((kl.spec, kl))
-    for spec, kl in shown if ns.all else shown[:1]:
-        print(f"// {spec.name}: {kl.units}; grid {kl.grid}, block {kl.block}, {kl.shared} B dynamic shared memory"
-              + (f", cluster {kl.cluster}" if kl.cluster != (1, 1, 1) else ""))
-        print(kernels.source(spec))
+    from .cli_inspect import print_kernels
+    print_kernels(shown if ns.all else shown[:1], archs[0], ns)
     return 0
 
 
@@ -176,8 +177,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", choices=DTYPES)
     p.add_argument("--all", action="store_true", help="every kernel the operator may use, not just the first")
     p.add_argument("--arch", action="append", help="the target to plan for (default sm_90)")
+    p.add_argument("--ptx", action="store_true", help="print the PTX instead of the CUDA C")
+    p.add_argument("--sass", action="store_true", help="print the SASS (needs nvdisasm or cuobjdump)")
+    p.add_argument("--json", action="store_true", help="print JSON: launch geometry, source, and PTX/SASS if asked")
     _config_args(p)
     p.set_defaults(func=cmd_show)
+
+    from .cli_bench import add_bench
+    from .cli_inspect import add_explain
+    add_explain(sub, _config_args, list(FAMILIES))
+    add_bench(sub)
+    from .cli_tune import add_tune
+    add_tune(sub, _config_args, _config)
 
     p = sub.add_parser("info", help="versions, NVRTC targets, cache directory, devices")
     p.set_defaults(func=cmd_info)

@@ -46,10 +46,11 @@ class CompileOptions:
 
 @dataclass(frozen=True)
 class Compiled:
-    """A cubin with NVRTC's log and the resource figures ptxas reported."""
+    """A cubin with NVRTC's log, the PTX it came from and the resource figures ptxas reported."""
     cubin: bytes
     log: str
     seconds: float
+    ptx: str = ""
 
     @property
     def registers(self) -> int | None:
@@ -168,6 +169,9 @@ def compile_cubin(source: str, name: str, options: CompileOptions, *, params: di
         out = bytearray(size)
         _check(nv.nvrtcGetCUBIN(prog, out), "nvrtcGetCUBIN")
         cubin = bytes(out)
+        ptx = bytearray(_check(nv.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize"))
+        _check(nv.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
     finally:
         nv.nvrtcDestroyProgram(prog)
-    return Compiled(cubin=cubin, log=log, seconds=time.perf_counter() - start)
+    return Compiled(cubin=cubin, log=log, seconds=time.perf_counter() - start,
+                    ptx=bytes(ptx).rstrip(b"\x00").decode(errors="replace"))

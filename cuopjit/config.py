@@ -20,6 +20,7 @@ from .values import parse_size, split_list, whole_number
 KERNEL_TYPES = ("auto", "simple", "tiled", "warp_optimized", "tensor_core")
 OPTIMIZATION_LEVELS = ("O0", "O1", "O2", "O3")
 TILE_SIZES = (0, 8, 16, 32, 64, 128, 256)
+PRECISIONS = ("tf32", "3xtf32")   # float32 tensor-core products: one TF32 product, or three (float32-grade)
 BLOCK_SIZES = (0, 32, 64, 128, 256, 512, 1024)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -53,6 +54,7 @@ class ConfigSnapshot:
     enable_shared_memory_opt: bool
     enable_loop_unroll: bool
     enable_memory_coalescing: bool
+    precision: str = "tf32"
 
 
 @dataclass
@@ -60,7 +62,8 @@ class JITConfig:
     """Per-operator JIT settings (cuOP `JITConfig`). Every assignment is validated.
 
     tile_size / block_size 0 and kernel_type "auto" mean "the operator's tuned default".
-    max_registers 0 means no `--maxrregcount` cap.
+    max_registers 0 means no `--maxrregcount` cap. precision "3xtf32" runs float32 tensor-core
+    products as three TF32 products (big*big + big*small + small*big): float32-grade error.
     """
     enable_jit: bool = True
     kernel_type: str = "auto"
@@ -73,6 +76,7 @@ class JITConfig:
     enable_shared_memory_opt: bool = True
     enable_loop_unroll: bool = True
     enable_memory_coalescing: bool = True
+    precision: str = "tf32"
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in _JIT_FIELDS:
@@ -93,6 +97,10 @@ def _validate_jit_field(name: str, value: Any) -> Any:
         _allowed(name, value, KERNEL_TYPES)
     elif name == "optimization_level":
         _allowed(name, value, OPTIMIZATION_LEVELS)
+    elif name == "precision":
+        if value not in PRECISIONS:
+            raise ValueError(f"precision={value!r} is not allowed: choose 'tf32' (one TF32 product: fastest, "
+                             "relative error ~1e-3) or '3xtf32' (three TF32 products: float32-grade error)")
     elif name in ("tile_size", "block_size"):
         value = whole_number(name, value)
         _allowed(name, value, TILE_SIZES if name == "tile_size" else BLOCK_SIZES)

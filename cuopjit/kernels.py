@@ -28,6 +28,7 @@ class KernelSpec:
     params: tuple[tuple[str, Any], ...]
     optimization_level: str = "O3"
     max_registers: int = 0
+    arch_specific: bool = False   # uses sm_90a-only instructions (wgmma, setmaxnreg): built for 'sm_90a' on sm_90
 
 
 CompileOpts = tuple  # (optimization_level, max_registers), as a family's choice carries them
@@ -40,19 +41,26 @@ def compile_opts(cfg: ConfigSnapshot) -> CompileOpts:
 
 
 def make_spec(template: str, kernel: str, name: str, params: Mapping[str, Any],
-              opts: CompileOpts = DEFAULT_OPTS) -> KernelSpec:
-    """A KernelSpec: template, entry point, readable name, parameters and compile settings `opts`."""
+              opts: CompileOpts = DEFAULT_OPTS, arch_specific: bool = False) -> KernelSpec:
+    """A KernelSpec: template, entry point, readable name, parameters and compile settings `opts`.
+
+    arch_specific: the kernel needs the architecture-specific target ('sm_90a' for 'sm_90')."""
     return KernelSpec(template=template, kernel=kernel, name=name, params=tuple(sorted(params.items())),
-                      optimization_level=opts[0], max_registers=opts[1])
+                      optimization_level=opts[0], max_registers=opts[1], arch_specific=arch_specific)
+
+
+def compile_arch(spec: KernelSpec, arch: str) -> str:
+    """The NVRTC target of `spec` on a device of `arch`: 'sm_90' -> 'sm_90a' for an arch-specific kernel."""
+    return arch + "a" if spec.arch_specific and not arch.endswith("a") else arch
 
 
 def source(spec: KernelSpec) -> str:
-    """The rendered CUDA C for a spec."""
-    return codegen.render(spec.template, dict(spec.params))
+    """The rendered CUDA C for a spec; max_registers reaches the template (CUOPJIT_LAUNCH_BOUNDS) too."""
+    return codegen.render(spec.template, {**dict(spec.params), "max_registers": spec.max_registers})
 
 
 def _options(spec: KernelSpec, arch: str) -> compiler.CompileOptions:
-    return compiler.CompileOptions(arch=arch, optimization_level=spec.optimization_level,
+    return compiler.CompileOptions(arch=compile_arch(spec, arch), optimization_level=spec.optimization_level,
                                    max_registers=spec.max_registers, debug=get_default_global_jit_config().debug())
 
 

@@ -31,8 +31,8 @@ def test_prewarm_twice_compiles_once(cache_dir):
 
 
 def test_show_prints_the_rendered_kernel_and_its_units():
-    out = cuopjit("show", "gemm", "--dtype", "float32", "--tile-size", "64", "--tensor-core")
-    assert out.returncode == 0, out.stderr
+    out = cuopjit("show", "gemm", "--dtype", "float32", "--tile-size", "64", "--tensor-core", "--arch", "sm_80")
+    assert out.returncode == 0, out.stderr   # (sm_90 float32 tensor cores are wgmma: tests/test_gemm_wgmma.py)
     assert "BM=64" in out.stdout and "BN=64" in out.stdout
     assert out.stdout.startswith("// gemm_f32_t64x64") and "TF32 tensor cores" in out.stdout.splitlines()[0]
     assert 'extern "C" __global__' in out.stdout and "#line" in out.stdout
@@ -56,7 +56,7 @@ def test_info_without_gpu():
     assert re.search(r"nvrtc: \d+\.\d+", out.stdout) and "cache_dir" in out.stdout
 
 
-@pytest.mark.parametrize("command", ["prewarm", "show", "info", "cache"])
+@pytest.mark.parametrize("command", ["prewarm", "show", "info", "cache", "explain", "bench"])
 def test_help(command):
     out = cuopjit(command, "--help")
     assert out.returncode == 0 and "usage: cuopjit" in out.stdout
@@ -176,3 +176,78 @@ def test_version_and_python_dash_m():
     out = subprocess.run([sys.executable, "-m", "cuopjit", "show", "relu"], capture_output=True, text=True)
     assert out.returncode == 0 and 'extern "C" __global__' in out.stdout
 
+
+
+def test_prewarm_builds_every_kernel_for_every_arch(cache_dir, capsys, monkeypatch):
+    from cuopjit.cache import KernelCache
+    from cuopjit.cli import main
+    from cuopjit.config import get_default_global_jit_config
+    monkeypatch.setattr(get_default_global_jit_config(), "cache_dir", None)  # prewarm --cache-dir sets it
+    from cuopjit.prewarm import kernels_to_build, representative_plans
+    rc = main(["prewarm", "--arch", "sm_80,sm_90", "--op", "relu", "--dtype", "float32", "--quiet",
+               "--cache-dir", str(cache_dir)])
+    assert rc == 0, capsys.readouterr().err
+    want = {(spec.name, arch) for spec, arch in kernels_to_build(representative_plans(["relu"], ["float32"],
+                                                                                      ["sm_80", "sm_90"]))}
+    got = {(e.name.rsplit("_", 1)[0], e.arch) for e in KernelCache(cache_dir).entries()}
+    assert got == want and {arch for _, arch in got} == {"sm_80", "sm_90"}
+    assert {e.arch for e in KernelCache(cache_dir).entries()} == {"sm_80", "sm_90"}
+
+
+def test_a_compile_error_in_prewarm_exits_nonzero(cache_dir, monkeypatch, capsys):
+    from cuopjit import CompileError, kernels
+    from cuopjit.cli import main
+    from cuopjit.config import get_default_global_jit_config
+    monkeypatch.setattr(get_default_global_jit_config(), "cache_dir", None)  # prewarm --cache-dir sets it
+    real = kernels.build
+
+    def broken(spec, arch, *args, **kwargs):
+        if arch == "sm_90":
+            raise CompileError(f"NVRTC could not compile {spec.name} for {arch}:\nerror: boom")
+        return real(spec, arch, *args, **kwargs)
+    monkeypatch.setattr(kernels, "build", broken)
+    rc = main(["prewarm", "--arch", "sm_80,sm_90", "--op", "relu", "--dtype", "float32", "--quiet",
+               "--cache-dir", str(cache_dir)])
+    out, err = capsys.readouterr()
+    assert rc == 1 and "prewarmed" not in out
+    assert err.startswith("cuopjit prewarm: error: NVRTC could not compile relu_f32_") and "error: boom" in err
+
+
+def test_cache_import_of_a_bundle_with_bad_entries_exits_nonzero(cache_dir, tmp_path, capsys):
+    from cache_fakes import fake_cubin, make_spec
+    from cuopjit.cache import KernelCache
+    from cuopjit.cli import main
+    cache = KernelCache(tmp_path / "source")
+    for i in range(3):
+        cache.get_or_build(make_spec(i), lambda i=i: fake_cubin(make_spec(i)))
+    bundle = tmp_path / "k.tar.gz"
+    cache.export_bundle(bundle)
+    assert main(["cache", "import", str(bundle), "--cache-dir", str(cache_dir)]) == 0
+    assert capsys.readouterr().out == "imported 3 entries and 0 records (0 already present, 0 bad)\n"
+    with tarfile.open(bundle) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    victim = f"kernels/{make_spec(1).file_name}"
+    members[victim] = members[victim][:-1] + b"!"
+    import io
+    with tarfile.open(bundle, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    fresh = tmp_path / "fresh"
+    rc = main(["cache", "import", str(bundle), "--cache-dir", str(fresh)])
+    out, err = capsys.readouterr()
+    assert rc == 1 and out == "imported 2 entries and 0 records (0 already present, 1 bad)\n"
+    assert err == f"BAD {victim}: sha256 differs from the manifest\n"
+
+
+def test_error_lines_name_the_file_and_keep_a_compile_log_whole():
+    from cuopjit import CompileError
+    from cuopjit.cli import _reason
+    assert _reason(FileNotFoundError(2, "No such file or directory", "/x/k.tar.gz")) == \
+        "No such file or directory: /x/k.tar.gz"
+    assert _reason(PermissionError(13, "Permission denied")) == "Permission denied"
+    assert _reason(ValueError("first line\nsecond line")) == "first line"
+    assert _reason(ValueError("  ")) == "ValueError"
+    assert _reason(CompileError("NVRTC could not compile k:\nerror: boom\nconfig: x")) == \
+        "NVRTC could not compile k:\nerror: boom\nconfig: x"

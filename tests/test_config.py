@@ -17,7 +17,7 @@ def test_defaults_follow_the_cuop_fields():
     fields = {f.name for f in dataclasses.fields(cfg)}
     assert fields == {"enable_jit", "kernel_type", "tile_size", "block_size", "optimization_level",
                       "enable_tensor_core", "enable_tma", "max_registers", "enable_shared_memory_opt",
-                      "enable_loop_unroll", "enable_memory_coalescing"}
+                      "enable_loop_unroll", "enable_memory_coalescing", "precision"}
     g = cuopjit.GlobalJITConfig()
     assert {f.name for f in dataclasses.fields(g)} == {
         "enable_jit", "enable_auto_tuning", "enable_caching", "cache_dir", "max_cache_size",
@@ -144,7 +144,7 @@ ALTERNATIVES = {"kernel_type": ["simple", "tiled", "warp_optimized", "tensor_cor
                 "tile_size": [8, 16, 32, 64, 128, 256], "block_size": [32, 64, 128, 256, 512, 1024],
                 "optimization_level": ["O0", "O2"], "enable_tensor_core": [True], "enable_tma": [True],
                 "max_registers": [64], "enable_shared_memory_opt": [False], "enable_loop_unroll": [False],
-                "enable_memory_coalescing": [False]}
+                "enable_memory_coalescing": [False], "precision": ["3xtf32"]}
 
 
 def _generated(family: str, cfg: JITConfig) -> list:
@@ -157,7 +157,7 @@ def _generated(family: str, cfg: JITConfig) -> list:
 
 @pytest.mark.parametrize("field", sorted(ALTERNATIVES))
 def test_every_field_changes_the_code_where_a_kernel_uses_it(field):
-    """No dead options: each field changes some family's kernels, or (enable_tma: no TMA kernel yet) none;
+    """No dead options: each field changes some family's kernels (enable_tma: the GEMM's TMA kernel);
     a value no kernel can honour raises a ValueError naming the field."""
     changed = set()
     for family in FAMILIES:
@@ -172,7 +172,21 @@ def test_every_field_changes_the_code_where_a_kernel_uses_it(field):
                 continue
             if generated != base:
                 changed.add(family)
+    assert changed, f"no value of {field} changes any family's kernels"
     if field == "enable_tma":
-        assert not changed, "enable_tma is a permission no kernel uses yet"
-    else:
-        assert changed, f"no value of {field} changes any family's kernels"
+        assert "gemm" in changed, "enable_tma: the float32 GEMM's TMA kernel (sm_90 wgmma) and the families on it"
+
+
+@pytest.mark.parametrize("owner, field, ok, refused, span", [
+    ("jit", "max_registers", (16, 255), (15, 256), "an integer from 16 to 255"),
+    ("global", "max_compilation_threads", (1, 256), (0, 257, True), "an integer from 1 to 256"),
+    ("global", "max_cache_size", (1 << 20, 1 << 40), ((1 << 20) - 1,), "an integer >= 1048576"),
+])
+def test_integer_fields_accept_their_bounds_and_nothing_past_them(owner, field, ok, refused, span):
+    cfg = cuopjit.JITConfig() if owner == "jit" else cuopjit.GlobalJITConfig()
+    for value in ok:
+        setattr(cfg, field, value)
+        assert getattr(cfg, field) == value
+    for value in refused:
+        with pytest.raises(ValueError, match=rf"{field}={value!r} is not allowed: it must be {span}$"):
+            setattr(cfg, field, value)

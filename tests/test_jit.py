@@ -119,7 +119,7 @@ def test_benchmark_helper():
 
 def test_auto_tuning_times_candidates_once_and_keeps_inputs_intact(rng, tmp_path):
     from cuopjit.cache import get_cache
-    from cuopjit.tuning import record_key
+    from cuopjit.tuning import choice_key, record_key
     glob = cuopjit.get_default_global_jit_config()
     a_np, b_np = _problem(rng, 300)
     c_np = rng.standard_normal((300, 300)).astype(np.float32)
@@ -137,9 +137,10 @@ def test_auto_tuning_times_candidates_once_and_keeps_inputs_intact(rng, tmp_path
     out = c.to_numpy()
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
     problem, tgt = g.problem(a, c), cuopjit.target.of_device(0)
-    record = get_cache(str(tmp_path)).load_record("tuning", record_key(g.family.name, problem, tgt))
-    assert len(record) == len(g.family.choices(problem, cuopjit.JITConfig().snapshot(), tgt)) >= 3
-    assert all(ms > 0 for ms in record.values())
+    labels = [c.label for c in g.family.choices(problem, cuopjit.JITConfig().snapshot(), tgt)]
+    records = [get_cache(str(tmp_path)).load_record("tuning", choice_key(record_key(g.family.name, problem, tgt), x))
+               for x in labels]   # one record per choice
+    assert len(labels) >= 3 and all(r is not None and r["ms"] > 0 for r in records)
     c2 = cuopjit.tensor(c_np)
     glob.enable_auto_tuning = True
     try:

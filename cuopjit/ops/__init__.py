@@ -12,6 +12,11 @@ from .shape import FlattenDouble, FlattenFloat, ViewDouble, ViewFloat
 from .softmax import SoftmaxDouble, SoftmaxFloat
 from .layernorm import LayerNormDouble, LayerNormFloat
 from .batchnorm import BatchNormDouble, BatchNormFloat
+from .gemv import GemvDouble, GemvFloat
+from .matmul import BatchMatMulDouble, BatchMatMulFloat, MatMulDouble, MatMulFloat
+from .symm import SymmDouble, SymmFloat
+from .trsm import TrsmDouble, TrsmFloat
+from .conv2d import Convolution2DDouble, Convolution2DFloat
 
 FAMILIES: dict[str, tuple[type[Operator], type[Operator]]] = {
     "gemm": (GemmFloat, GemmDouble),
@@ -29,11 +34,20 @@ FAMILIES: dict[str, tuple[type[Operator], type[Operator]]] = {
     "softmax": (SoftmaxFloat, SoftmaxDouble),
     "layernorm": (LayerNormFloat, LayerNormDouble),
     "batchnorm": (BatchNormFloat, BatchNormDouble),
+    "gemv": (GemvFloat, GemvDouble),
+    "matmul": (MatMulFloat, MatMulDouble),
+    "batchmatmul": (BatchMatMulFloat, BatchMatMulDouble),
+    "symm": (SymmFloat, SymmDouble),
+    "trsm": (TrsmFloat, TrsmDouble),
+    "conv2d": (Convolution2DFloat, Convolution2DDouble),
 }
 
 __all__ = ["FAMILIES", "Operator", "GemmFloat", "GemmDouble",
+           "GemvFloat", "GemvDouble", "MatMulFloat", "MatMulDouble", "BatchMatMulFloat", "BatchMatMulDouble",
+           "SymmFloat", "SymmDouble", "TrsmFloat", "TrsmDouble",
            "ScalFloat", "ScalDouble", "AxpyFloat", "AxpyDouble", "CopyFloat", "CopyDouble", "DotFloat", "DotDouble",
            "ReluFloat", "ReluDouble", "MaxPool2DFloat", "MaxPool2DDouble", "AveragePool2DFloat",
            "AveragePool2DDouble", "GlobalMaxPool2DFloat", "GlobalMaxPool2DDouble", "GlobalAveragePool2DFloat",
            "GlobalAveragePool2DDouble", "FlattenFloat", "FlattenDouble", "ViewFloat", "ViewDouble",
-           "SoftmaxFloat", "SoftmaxDouble", "LayerNormFloat", "LayerNormDouble", "BatchNormFloat", "BatchNormDouble"]
+           "SoftmaxFloat", "SoftmaxDouble", "LayerNormFloat", "LayerNormDouble", "BatchNormFloat", "BatchNormDouble",
+           "Convolution2DFloat", "Convolution2DDouble"]

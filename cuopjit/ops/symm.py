@@ -19,7 +19,7 @@ from ..target import Target
 from ..tensor import Tensor
 from . import gemm_kernels
 from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
-from .blas_flags import flag
+from .blas_flags import flag, side_operands, square_operand
 from .matmul import retarget
 from .params import plan_setting
 
@@ -106,10 +106,7 @@ class Symm(Operator):
 
     def set_weight(self, weight: Tensor) -> None:
         """A, the square symmetric matrix (only its `uplo` triangle is read)."""
-        w = self.check_operand("weight", weight, ndim=2)
-        if w.shape[0] != w.shape[1]:
-            raise ValueError(f"{type(self).__name__}: weight must be square, got shape {list(w.shape)}")
-        self._weight = w
+        self._weight = square_operand(self, "weight", "weight", weight)
         self._settings_changed()
 
     def _plan_settings(self) -> tuple:
@@ -121,18 +118,8 @@ class Symm(Operator):
         return (b.plan_key, c.plan_key, self._state), (self._weight.ptr, b.ptr, c.ptr), c
 
     def problem(self, b: Tensor, c: Tensor) -> SymmProblem | None:
-        name = type(self).__name__
-        a = self._weight
-        if a is None:
-            raise ValueError(f"{name}: no weight: call set_weight(A) before forward")
-        self.check_operand("weight", a, ndim=2)
-        self.check_operand("b", b, ndim=2)
-        self.check_operand("c", c, ndim=2, shape=b.shape)
-        m, n = b.shape
-        d = a.shape[0]
-        if (n if self._right else m) != d:
-            what = f"B @ A needs b with {d} columns" if self._right else f"A @ B needs b with {d} rows"
-            raise ValueError(f"{name}: side={self.side}: A is {d} x {d} and b has shape {list(b.shape)}: {what}")
+        m, n, d = side_operands(self, self._weight, "weight", "no weight: call set_weight(A) before forward",
+                                b, c, "c", self._right, ("A @ B", "B @ A"))
         if m == 0 or n == 0:
             return None
         vec = vector_width(self.dtype)

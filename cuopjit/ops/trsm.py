@@ -26,7 +26,7 @@ from ..target import Target
 from ..tensor import Tensor
 from . import gemm_kernels
 from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
-from .blas_flags import flag
+from .blas_flags import flag, side_operands, square_operand
 from .matmul import retarget
 from .params import plan_setting
 
@@ -194,10 +194,7 @@ class Trsm(Operator):
 
     def set_matrix_a(self, a: Tensor) -> None:
         """A, the square triangular matrix (only its `uplo` triangle is read)."""
-        a = self.check_operand("a", a, ndim=2)
-        if a.shape[0] != a.shape[1]:
-            raise ValueError(f"{type(self).__name__}: A must be square, got shape {list(a.shape)}")
-        self._matrix = a
+        self._matrix = square_operand(self, "a", "A", a)
         self._settings_changed()
 
     def _plan_settings(self) -> tuple:
@@ -209,18 +206,9 @@ class Trsm(Operator):
         return (b.plan_key, x.plan_key, b.ptr == x.ptr, self._state), (self._matrix.ptr, b.ptr, x.ptr), x
 
     def problem(self, b: Tensor, x: Tensor) -> TrsmProblem | None:
-        name = type(self).__name__
-        a = self._matrix
-        if a is None:
-            raise ValueError(f"{name}: no matrix: call set_matrix_a(A) before forward")
-        self.check_operand("a", a, ndim=2)
-        self.check_operand("b", b, ndim=2)
-        self.check_operand("x", x, ndim=2, shape=b.shape)
-        m, n = b.shape
-        d = a.shape[0]
-        if (n if self._right else m) != d:
-            what = f"X op(A) needs b with {d} columns" if self._right else f"op(A) X needs b with {d} rows"
-            raise ValueError(f"{name}: side={self.side}: A is {d} x {d} and b has shape {list(b.shape)}: {what}")
+        name, a = type(self).__name__, self._matrix
+        m, n, d = side_operands(self, a, "a", "no matrix: call set_matrix_a(A) before forward",
+                                b, x, "x", self._right, ("op(A) X", "X op(A)"))
         if x.ptr != b.ptr and x.ptr < b.ptr + b.size * b.dtype.itemsize and b.ptr < x.ptr + x.size * x.dtype.itemsize:
             raise ValueError(f"{name}: x overlaps b without being b: pass the same tensor to solve in place")
         if m == 0 or n == 0:

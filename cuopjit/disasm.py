@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from . import compiler, kernels
+from . import kernels
 from .errors import CuopjitError
 
 _TOOLKIT_BIN = Path("/usr/local/cuda/bin")
@@ -22,9 +22,7 @@ NO_SASS = ("SASS needs nvdisasm or cuobjdump (CUDA toolkit) on PATH; neither was
 
 def ptx(spec: kernels.KernelSpec, arch: str) -> str:
     """The PTX NVRTC generates for `spec` on `arch` with the options the cache uses."""
-    entry = kernels.entry_spec(spec, arch)
-    return compiler.compile_cubin(entry.source, entry.name, kernels._options(spec, arch),
-                                  params=dict(spec.params)).ptx
+    return kernels.compile_fresh(spec, arch).ptx
 
 
 def sass_tool() -> list[str] | None:

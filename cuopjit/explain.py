@@ -86,8 +86,7 @@ def occupancy(t: targets.Target, threads: int, registers: int, shared: int) -> d
 
 def _static(spec: kernels.KernelSpec, arch: str) -> compiler.Compiled:
     """ptxas's report for the kernel (compiled here with the options the cache uses; nothing is stored)."""
-    entry = kernels.entry_spec(spec, arch)
-    return compiler.compile_cubin(entry.source, entry.name, kernels._options(spec, arch), params=dict(spec.params))
+    return kernels.compile_fresh(spec, arch)
 
 
 def entry_report(log: str, kernel: str) -> compiler.Compiled:

@@ -64,6 +64,15 @@ def _options(spec: KernelSpec, arch: str) -> compiler.CompileOptions:
                                    max_registers=spec.max_registers, debug=get_default_global_jit_config().debug())
 
 
+def compile_fresh(spec: KernelSpec, arch: str, entry: EntrySpec | None = None) -> compiler.Compiled:
+    """`spec` compiled now for `arch` with the options the cache uses (its cubin, log and PTX); nothing is stored.
+
+    `entry`: `entry_spec(spec, arch)` when the caller has it already (the source is not rendered again)."""
+    entry = entry or entry_spec(spec, arch)
+    return compiler.compile_cubin(entry.source, entry.name, _options(spec, arch), params=dict(spec.params),
+                                  template_lines=codegen.template_lines)
+
+
 def entry_spec(spec: KernelSpec, arch: str) -> EntrySpec:
     """The cache's view of a spec for one architecture (renders the source)."""
     options = _options(spec, arch)
@@ -94,8 +103,7 @@ def build(spec: KernelSpec, arch: str, cache_dir: str | os.PathLike | None = Non
     compiled: list[compiler.Compiled] = []
 
     def compile_now() -> bytes:
-        c = compiler.compile_cubin(entry.source, entry.name, _options(spec, arch), params=dict(spec.params),
-                                   template_lines=codegen.template_lines)
+        c = compile_fresh(spec, arch, entry)
         compiled.append(c)
         logger().debug("compiled %s in %.0f ms (%s registers, %d spill bytes)", entry.name, c.seconds * 1e3,
                        c.registers, c.spill_bytes)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import compiler, kernels
+from cuopjit import kernels
 from cuopjit.config import JITConfig
 from cuopjit.ops import gemm_kernels as gk
 from cuopjit.ops import gemm_wgmma as gw
@@ -122,7 +122,7 @@ def test_every_variant_compiles_for_sm90a_without_spills(trans_a, trans_b, split
     (launch,) = plan.launches
     plan.check_target(SM90)
     spec = launch.spec
-    built = compiler.compile_cubin(kernels.source(spec), spec.name, kernels._options(spec, "sm_90"))
+    built = kernels.compile_fresh(spec, "sm_90")
     assert built.spill_bytes == 0, f"{spec.name} spills {built.spill_bytes} bytes"
     assert built.registers is not None and built.registers <= 240
     assert "C7513" not in built.log, f"{spec.name}: ptxas serialises the wgmmas:\n{built.log}"
@@ -213,5 +213,5 @@ def test_loop_unroll_off_reaches_the_optional_loops_and_compiles(split):
     (launch,) = gk.FAMILY.default_plan(gk.packed("float32", 1000, 1000, 1000), cfg.snapshot(), SM90).launches
     spec = launch.spec
     assert spec.name.endswith("_nounroll_nn") and 'unroll 1' in kernels.source(spec)
-    built = compiler.compile_cubin(kernels.source(spec), spec.name, kernels._options(spec, "sm_90"))
+    built = kernels.compile_fresh(spec, "sm_90")
     assert built.spill_bytes == 0 and "C7513" not in built.log

@@ -59,3 +59,17 @@ def side_operands(op: Any, a: Any, a_name: str, missing: str, b: Any, out: Any, 
         what = f"{products[1]} needs b with {d} columns" if right else f"{products[0]} needs b with {d} rows"
         raise ValueError(f"{name}: side={op.side}: A is {d} x {d} and b has shape {list(b.shape)}: {what}")
     return m, n, d
+
+
+class SideUplo:
+    """`side` and `uplo` as words, for an operator that holds them as `_right` and `_upper`."""
+    _right: bool
+    _upper: bool
+
+    @property
+    def side(self) -> str:
+        return "right" if self._right else "left"
+
+    @property
+    def uplo(self) -> str:
+        return "upper" if self._upper else "lower"

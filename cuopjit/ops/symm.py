@@ -19,7 +19,7 @@ from ..target import Target
 from ..tensor import Tensor
 from . import gemm_kernels
 from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
-from .blas_flags import flag, side_operands, square_operand
+from .blas_flags import SideUplo, flag, side_operands, square_operand
 from .matmul import retarget
 from .params import plan_setting
 
@@ -80,7 +80,7 @@ def problems() -> list[SymmProblem]:
 FAMILY = Family("symm", choices, plan, problems)
 
 
-class Symm(Operator):
+class Symm(SideUplo, Operator):
     """Symmetric matrix multiply. `set_weight(A)` fixes A; `forward(B, C)` writes C and returns it."""
 
     family = FAMILY
@@ -92,14 +92,6 @@ class Symm(Operator):
         self._alpha, self._beta = float(alpha), float(beta)
         self._weight: Tensor | None = None
         self._settings_changed()
-
-    @property
-    def side(self) -> str:
-        return "right" if self._right else "left"
-
-    @property
-    def uplo(self) -> str:
-        return "upper" if self._upper else "lower"
 
     alpha = plan_setting("alpha")
     beta = plan_setting("beta")

@@ -26,7 +26,7 @@ from ..target import Target
 from ..tensor import Tensor
 from . import gemm_kernels
 from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
-from .blas_flags import flag, side_operands, square_operand
+from .blas_flags import SideUplo, flag, side_operands, square_operand
 from .matmul import retarget
 from .params import plan_setting
 
@@ -159,7 +159,7 @@ def problems() -> list[TrsmProblem]:
 FAMILY = Family("trsm", choices, plan, problems)
 
 
-class Trsm(Operator):
+class Trsm(SideUplo, Operator):
     """Triangular solve. `set_matrix_a(A)` fixes A; `forward(B, X)` writes X (X may be B) and returns it."""
 
     family = FAMILY
@@ -173,14 +173,6 @@ class Trsm(Operator):
         self._alpha = float(alpha)
         self._matrix: Tensor | None = None
         self._settings_changed()
-
-    @property
-    def side(self) -> str:
-        return "right" if self._right else "left"
-
-    @property
-    def uplo(self) -> str:
-        return "upper" if self._upper else "lower"
 
     @property
     def trans(self) -> bool:

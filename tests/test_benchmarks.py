@@ -12,7 +12,7 @@ import pytest
 import cuopjit
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-GPU_SCRIPTS = ["gemm.py", "launch.py", "memory_bound.py", "mb_norms.py"]
+GPU_SCRIPTS = ["gemm.py", "launch.py", "memory_bound.py", "mb_norms.py", "mb_sweep.py", "blas.py", "conv2d.py"]
 
 
 @pytest.fixture
@@ -67,3 +67,24 @@ def test_gpu_benchmarks_refuse_to_run_without_a_gpu(script, tmp_path):
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.startswith(f"benchmarks/{script} times kernels on an NVIDIA GPU and none was found; nothing "
                                  "was measured or written")
+
+
+def test_charts_draw_the_scripts_chart_from_recorded_json(tmp_path):
+    """charts.py re-draws a result file's PNG with its script's own chart; other files are refused by name."""
+    pytest.importorskip("matplotlib")
+    rows = [{"dtype": "float32", "kernel": "simt", "m": 64, "n": 64, "k": 64, "cuopjit_tflops": 1.0,
+             "torch_tflops": 2.0, "torch_tf32": False}]
+    result = tmp_path / "gemm_x.json"
+    result.write_text(json.dumps({"rows": rows, "gpu": True}))
+    subprocess.run([sys.executable, str(BENCHMARKS / "charts.py"), str(result)], check=True, capture_output=True,
+                   timeout=120)
+    assert (tmp_path / "gemm_x.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_charts_name_the_files_they_can_draw(tmp_path):
+    other = tmp_path / "cache.json"
+    other.write_text("{}")
+    out = subprocess.run([sys.executable, str(BENCHMARKS / "charts.py"), str(other)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 1
+    assert f"{other}: no chart for this file (gemm*.json, conv2d*.json, memory_bound*.json)" in out.stderr

@@ -158,21 +158,45 @@ def trsm(dtype: str, side: int, uplo: int) -> dict:
     err = (resid.norm() / b.double().norm()).item()
     plan = op.plan(cb, cx)
     mine = time_ms(lambda i: op.forward(cb, cx))
-    parts = _parts(plan, op.bind(cb, cx)[1])
+    pointers = op.bind(cb, cx)[1]
+    parts = _parts(plan, pointers, by_grid=True)
     theirs = time_ms(lambda i: torch.linalg.solve_triangular(t, b, upper=bool(uplo), left=not side, out=x))
     mode = ("R" if side else "L") + ("U" if uplo else "L")
+    choices = _trsm_choices(op, cb, cx, pointers)
+    print(f"{'':22s} gemm total {sum(v for k, v in parts.items() if k.startswith('gemm')):.3f} ms; every choice: "
+          + ", ".join(f"{k} {v:.3f} ms" for k, v in choices.items()), flush=True)
     return _row(f"trsm {mode}", dtype, "4096^2", mine, theirs, float(s) ** 3, "TFLOP/s", err,
-                ">= 1.0x solve_triangular", launches=len(plan.launches), error_kind="residual", parts_ms=parts)
+                ">= 1.0x solve_triangular", launches=len(plan.launches), error_kind="residual", parts_ms=parts,
+                choices_ms=choices)
 
 
-def _parts(plan, pointers) -> dict:
-    """Milliseconds of a plan's launches of each kernel kind run alone (where a multi-launch plan's time goes)."""
+def _trsm_choices(op, b, x, pointers) -> dict:
+    """Milliseconds of the plan of every choice the TRSM family offers (what auto-tuning would time)."""
+    from cuopjit import driver, executor
+    from cuopjit.ops import trsm as family
+    from cuopjit.settings import DEFAULT
+    from cuopjit.target import of_device
+    problem, target = op.problem(b, x), of_device(driver.current_ordinal())
+    out = {}
+    for choice in family.choices(problem, DEFAULT.config, target):
+        run = executor.load(family.plan(problem, choice, target), driver.current_ordinal(), DEFAULT)
+        out[choice.label] = round(time_ms(lambda i: run(pointers, 0))["median_ms"], 4)
+    return out
+
+
+def _parts(plan, pointers, by_grid: bool = False) -> dict:
+    """Milliseconds of a plan's launches of each kernel kind run alone (where a multi-launch plan's time goes);
+    `by_grid`: GEMM launches grouped by grid too (TRSM: one group per level of the recursion)."""
     from cuopjit import executor
     from cuopjit.plan import Plan
     from cuopjit.settings import DEFAULT
+
+    def key(kl) -> str:
+        return kl.spec.kernel + (f" {kl.grid[0]}x{kl.grid[1]}" if by_grid and kl.spec.kernel == "gemm" else "")
+
     out = {}
-    for kind in dict.fromkeys(kl.spec.kernel for kl in plan.launches):
-        sub = Plan(tuple(kl for kl in plan.launches if kl.spec.kernel == kind), plan.operands, plan.workspace)
+    for kind in dict.fromkeys(key(kl) for kl in plan.launches):
+        sub = Plan(tuple(kl for kl in plan.launches if key(kl) == kind), plan.operands, plan.workspace)
         run = executor.load(sub, 0, DEFAULT)
         out[f"{kind} x{len(sub.launches)}"] = round(time_ms(lambda i: run(pointers, 0))["median_ms"], 4)
     return out

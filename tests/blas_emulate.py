@@ -43,14 +43,39 @@ def _trsm_scale(params, kl, v, bufs) -> None:
     bufs[ix][ox:ox + count] = alpha * bufs[ib][ob:ob + count]
 
 
-def _trsm_leaf(params, kl, v, bufs) -> None:
-    (ia, oa), (ix, ox), lda, nb, vectors, es, vs = v
-    t = _view(bufs[ia], oa, nb, nb, lda)
-    t = t.T if params["TRANS_T"] else t
-    t = np.tril(t, -1) if params["FORWARD"] else np.triu(t, 1)
-    t = t + (np.eye(nb) if params["UNIT"] else np.diag(np.diag(_view(bufs[ia], oa, nb, nb, lda))))
+def _trsm_invert(params, kl, v, bufs) -> None:
+    (ia, oa), (iw, ow), d = v
+    nb_max = params["NB"]
+    for blk in range(kl.grid[0]):
+        lo = blk * nb_max
+        nb = min(nb_max, d - lo)
+        a = _view(bufs[ia], oa + lo * d + lo, nb, nb, d)
+        t = a.T if params["TRANS_T"] else a
+        t = np.tril(t, -1) if params["FORWARD"] else np.triu(t, 1)
+        t = t + (np.eye(nb) if params["UNIT"] else np.diag(np.diag(a)))
+        w = np.eye(nb_max)
+        w[:nb, :nb] = np.linalg.inv(t)
+        bufs[iw][ow + blk * nb_max * nb_max:ow + (blk + 1) * nb_max * nb_max] = w.T.ravel()
+
+
+def _trsm_apply(params, kl, v, bufs) -> None:
+    h = 64
+    if params["HALVES"] == 1:
+        (iw, ow), (ix, ox), nb, vectors, es, vs = v
+    else:
+        (iw, ow), (ia, oa), lda, (ix, ox), nb, vectors, es, vs = v
     y = np.lib.stride_tricks.as_strided(bufs[ix][ox:], (nb, vectors), (es * 8, vs * 8))
-    y[...] = np.linalg.solve(t, y.copy())
+    inverse = [bufs[iw][ow + b * h * h:ow + (b + 1) * h * h].reshape(h, h).T for b in range(params["HALVES"])]
+    if params["HALVES"] == 1:
+        y[...] = inverse[0][:nb, :nb] @ y.copy()
+        return
+    a = _view(bufs[ia], oa, nb, nb, lda)   # only the coupling block of T is read
+    t = a.T if params["TRANS_T"] else a
+    first, second = (slice(0, h), slice(h, nb)) if params["FORWARD"] else (slice(h, nb), slice(0, h))
+    w1, w2 = (inverse[0], inverse[1]) if params["FORWARD"] else (inverse[1], inverse[0])
+    n1, n2 = first.stop - first.start, second.stop - second.start
+    y[first] = w1[:n1, :n1] @ y[first]
+    y[second] = w2[:n2, :n2] @ (y[second] - t[second, first] @ y[first])
 
 
 def _symm_fill(params, kl, v, bufs) -> None:

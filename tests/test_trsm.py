@@ -14,8 +14,9 @@ import cuopjit
 from cuopjit.ops import trsm
 from cuopjit.target import named
 
+import blas_emulate
 from blas_emulate import fake, run_operator, set_fake_weight
-from conftest import build_once, check_guards, family_plans, guarded
+from conftest import build_once, check_guards, family_plans, guarded, make_config
 
 DTYPES = [np.float32, np.float64]
 SM90 = named("sm_90")
@@ -49,14 +50,30 @@ def _solve(t, b, side, trans, alpha):
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_every_kernel_compiles(arch):
+    """The representative plans, and the other leaf size auto-tuning may pick (float32 128 then 64, float64
+    64 then 128)."""
     t = named(arch)
     build_once(family_plans(trsm.FAMILY, {}, t), t)
+    cfg = make_config().snapshot()
+    for problem, sizes in zip(trsm.problems()[::6], ([128, 64], [64, 128])):
+        assert [c.nb for c in trsm.choices(problem, cfg, t)] == sizes
+        build_once([trsm.plan(problem, c, t) for c in trsm.choices(problem, cfg, t)], t)
+
+
+def test_leaf_sizes_need_shared_memory_that_fits():
+    """float64 leaves of 128 stage 134 KB; an sm_86 block has 99 KB."""
+    cfg = make_config().snapshot()
+    double = trsm.TrsmProblem("float64", 300, 40, False, False, False, False, 1.0, True, False)
+    assert [c.nb for c in trsm.choices(double, cfg, named("sm_86"))] == [64]
+    assert [c.nb for c in trsm.choices(double, cfg, SM90)] == [64, 128]
 
 
 @pytest.mark.parametrize("side, uplo, trans, diag", MODES)
 @pytest.mark.parametrize("inplace", [False, True])
 def test_plans_solve_every_mode(rng, side, uplo, trans, diag, inplace):
-    m, n = (300, 77) if side == 0 else (77, 300)   # several leaves and levels of updates on the solved side
+    """Both leaf sizes: 64 (leaves of one inverted block, the last partial) and 128 (a leaf of 128 and one of
+    102: two halves, the second partial)."""
+    m, n = (230, 77) if side == 0 else (77, 230)
     d = n if side else m
     t, stored = _triangular(rng, d, bool(uplo), bool(diag))
     alpha = 1.0 if inplace else 2.0
@@ -64,19 +81,29 @@ def test_plans_solve_every_mode(rng, side, uplo, trans, diag, inplace):
     set_fake_weight(op, stored, "set_matrix_a")
     b = rng.standard_normal((m, n))
     bufs = run_operator(op, [b, b.copy() if inplace else np.full((m, n), np.nan)], SM90,
-                        same=(0, 1) if inplace else None)
+                        same=(0, 1) if inplace else None)   # the default plan: leaves of 64
+    assert np.allclose(bufs[2].reshape(m, n), _solve(t, b, side, trans, alpha), rtol=1e-10, atol=1e-12)
+    x = fake([m, n], "float64", ptr=1 << 31)
+    problem = op.problem(x if inplace else fake([m, n], "float64", ptr=1 << 30), x)
+    plan = trsm.plan(problem, trsm.choices(problem, make_config().snapshot(), SM90)[1], SM90)
+    assert sorted(kl.args[-4].value for kl in plan.launches if kl.spec.kernel == "trsm_apply") == [102, 128]
+    bufs = [stored.ravel().copy(), b.ravel().copy(), b.ravel().copy() if inplace else np.full(m * n, np.nan),
+            np.full(plan.workspace // 8, np.nan)]
+    blas_emulate.run(plan, bufs, 8)
     assert np.allclose(bufs[2].reshape(m, n), _solve(t, b, side, trans, alpha), rtol=1e-10, atol=1e-12)
 
 
 def test_plan_shape():
-    """Leaves of NB unknowns with GEMM family updates between them; alpha or a separate X adds a scale first."""
+    """One launch inverts every 64 x 64 diagonal block, then leaves of 128 unknowns (float32) with GEMM family
+    updates between them; alpha or a separate X adds a scale first."""
     op = cuopjit.TrsmFloat(0, 0, 0, 0)
     op.set_matrix_a(fake([256, 256]))
     b = fake([256, 100], ptr=1 << 30)
-    kinds = [kl.spec.kernel for kl in op.plan(b, b, target=SM90).launches]
-    assert kinds == ["trsm_leaf", "gemm", "trsm_leaf", "gemm", "trsm_leaf", "gemm", "trsm_leaf"]
+    launches = op.plan(b, b, target=SM90).launches
+    assert [kl.spec.kernel for kl in launches] == ["trsm_invert", "trsm_apply", "gemm", "trsm_apply"]
+    assert launches[0].grid[0] == 256 // trsm.BLOCK
     kinds = [kl.spec.kernel for kl in op.plan(b, fake([256, 100], ptr=1 << 31), target=SM90).launches]
-    assert kinds[0] == "trsm_scale" and kinds.count("gemm") == 3
+    assert kinds[0] == "trsm_scale" and kinds.count("gemm") == 1
 
 
 def test_modes_as_ints_and_words():
@@ -110,7 +137,20 @@ def test_errors_raise_before_launch():
 
 # --- GPU ---------------------------------------------------------------------------------------------
 
-def _run(rng, dtype, m, n, side, uplo, trans, diag, alpha=1.0, inplace=False):
+def _forward_with(op, b, x, nb: int | None):
+    """op.forward(b, x), or the plan of leaf size `nb` (another choice of the family) run on the same operands."""
+    if nb is None:
+        assert op.forward(b, x) is x
+        return
+    from cuopjit import driver, executor
+    from cuopjit.settings import DEFAULT
+    from cuopjit.target import of_device
+    problem, target = op.problem(b, x), of_device(driver.current_ordinal())
+    choice = next(c for c in trsm.choices(problem, DEFAULT.config, target) if c.nb == nb)
+    executor.load(trsm.plan(problem, choice, target), driver.current_ordinal(), DEFAULT)(op.bind(b, x)[1], 0)
+
+
+def _run(rng, dtype, m, n, side, uplo, trans, diag, alpha=1.0, inplace=False, nb=None):
     d = n if side else m
     t, stored = _triangular(rng, d, bool(uplo), bool(diag))
     b = rng.standard_normal((m, n)).astype(dtype)
@@ -118,10 +158,10 @@ def _run(rng, dtype, m, n, side, uplo, trans, diag, alpha=1.0, inplace=False):
     op.set_matrix_a(cuopjit.tensor(stored.astype(dtype)))
     if inplace:
         x = guarded([m, n], dtype, fill=b)
-        assert op.forward(x, x) is x
+        _forward_with(op, x, x, nb)
     else:
         x = guarded([m, n], dtype)
-        assert op.forward(cuopjit.tensor(b), x) is x
+        _forward_with(op, cuopjit.tensor(b), x, nb)
     check_guards(x)
     out = x.to_numpy().astype(np.float64)
     t64 = t.astype(dtype).astype(np.float64)
@@ -139,7 +179,9 @@ def _run(rng, dtype, m, n, side, uplo, trans, diag, alpha=1.0, inplace=False):
 @pytest.mark.parametrize("side, uplo, trans, diag", MODES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_mode_and_size(rng, dtype, side, uplo, trans, diag):
-    for m, n in ((1, 1), (7, 7), (33, 33), (1000, 33), (33, 1000), (1000, 1000)):
+    # 64 and 130: a whole leaf, and leaves of 64, 64 and 2 unknowns (trsm_apply's tail); 33 / 1000 vectors:
+    # a partial tile of right-hand sides.
+    for m, n in ((1, 1), (7, 7), (33, 33), (64, 130), (130, 64), (1000, 33), (33, 1000), (1000, 1000)):
         _run(rng, dtype, m, n, side, uplo, trans, diag, alpha=1.5)
 
 
@@ -150,6 +192,18 @@ def test_4097_in_place(rng, dtype, side, uplo):
     m, n = (4097, 100) if side == 0 else (100, 4097)
     _run(rng, dtype, m, n, side, uplo, 0, 0, inplace=True)
     _run(rng, dtype, 257, 257, side, uplo, 1, 1, alpha=-2.0, inplace=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("side, uplo, trans, diag", [(0, 0, 0, 0), (0, 1, 1, 1), (1, 0, 1, 0), (1, 1, 0, 1)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_other_leaf_size(rng, dtype, side, uplo, trans, diag):
+    """The leaf size auto-tuning may pick instead of the default (float32 64, float64 128): whole, partial
+    and single leaves, in place and not."""
+    nb = 64 if dtype == np.float32 else 128
+    for m, n in ((7, 7), (300, 33), (33, 300), (1000, 1000)):
+        _run(rng, dtype, m, n, side, uplo, trans, diag, alpha=0.5, nb=nb)
+    _run(rng, dtype, 257, 257, side, uplo, trans, diag, inplace=True, nb=nb)
 
 
 @pytest.mark.gpu

@@ -3,15 +3,19 @@
 Blocked and recursive, as one plan: the unknowns are halved (at multiples of the leaf size NB) until
 a block has at most NB; each half is solved and the other half updated by a GEMM family launch
 (C -= op(A)_block @ X_half, or X_half @ op(A)_block), so almost all flops run on the GEMM kernels
-and the updates are as large as they can be. A leaf (`trsm_leaf`, templates/trsm.cu.jinja) solves
-one NB x NB diagonal block for every right-hand side, a vector per thread. X = alpha B is written
-first (`trsm_scale`) unless X is B and alpha is 1; then everything works in place on X.
+and the updates are as large as they can be. The diagonal blocks are inverted first, all in one launch
+(`trsm_invert`, templates/trsm.cu.jinja: substitution on the identity, into the workspace), so that a
+leaf is a small product in place (`trsm_apply`: X_block = inv(T) X_block, a tile of right-hand sides per
+block), wide and short instead of a dependent chain of NB divisions per right-hand side (as cuBLAS and
+MAGMA do). A leaf of 128 unknowns spans two inverted blocks and does the update between them itself
+(one launch instead of leaf, GEMM, leaf). X = alpha B is written first (`trsm_scale`) unless X is B and alpha is 1; then everything
+works in place on X.
 
 Modes (cuBLAS numbering, or words: cuopjit/ops/blas_flags.py): side 0 left / 1 right, uplo 0 lower /
 1 upper, trans 0 / 1, diag 0 non-unit / 1 unit (the diagonal is then not read). Only the `uplo`
 triangle of A is read. A zero on a non-unit diagonal gives inf/NaN, as LAPACK's trsm does.
 JITConfig fields act on the GEMM updates as in the GEMM family (cuopjit/ops/gemm_kernels.py);
-optimization_level and max_registers reach the leaf kernels too.
+optimization_level and max_registers reach the invert and apply kernels too.
 """
 from __future__ import annotations
 
@@ -31,8 +35,13 @@ from .matmul import retarget
 from .params import plan_setting
 
 TEMPLATE = "trsm.cu.jinja"
-NB = {"float32": 64, "float64": 32}     # leaf size: unknowns per diagonal block (registers per thread)
-LEAF_THREADS = 128                      # right-hand sides per leaf block
+BLOCK = 64                     # unknowns per inverted diagonal block (trsm_invert)
+# Leaf sizes, the default first (H100, 4096²): 128 = two inverted blocks and their coupling update fused,
+# 2-5% faster in float32; in float64 it is 1-2% slower (left) or equal (right) than 64 and its DGEMMs.
+LEAVES = {"float32": (128, 64), "float64": (64, 128)}
+APPLY_VECTORS = 32             # right-hand sides per trsm_apply block
+APPLY_THREADS = BLOCK // 4 * APPLY_VECTORS // 4   # a 4 x 4 patch of each 64-row product per thread
+INVERT_THREADS_PER_COLUMN = 4  # trsm_invert's P
 
 
 @dataclass(frozen=True)
@@ -67,11 +76,26 @@ class TrsmChoice:
 
 
 def choices(problem: TrsmProblem, cfg: ConfigSnapshot, target: Target) -> list[TrsmChoice]:
-    """One choice; the GEMM family checks `cfg` on the largest update (raising for what it cannot build)."""
+    """The leaf sizes whose kernels' shared memory fits the target, in LEAVES' order; the GEMM family checks `cfg`
+    on the largest update (raising for what it cannot build)."""
     half = max(1, problem.dim // 2)
     other = problem.m if problem.right else problem.n
     gemm_kernels.choices(gemm_kernels.packed(problem.dtype, half, other, half), cfg, target)
-    return [TrsmChoice(NB[problem.dtype], cfg)]
+    size = np.dtype(problem.dtype).itemsize
+    return [TrsmChoice(nb, cfg) for nb in LEAVES[problem.dtype]
+            if max(_invert_shared(size), _apply_shared(nb // BLOCK, size)) <= target.smem_per_block]
+
+
+def _invert_shared(size: int) -> int:
+    """trsm_invert's shared memory: the diagonal block and the inverse (padded rows), the diagonal's reciprocals."""
+    return (2 * BLOCK * (BLOCK + 1) + BLOCK) * size
+
+
+def _apply_shared(halves: int, size: int) -> int:
+    """trsm_apply's shared memory: the inverses, a tile of right-hand sides (rows padded by 4) and with two
+    halves their coupling block (rows padded by 4)."""
+    return (halves * BLOCK * BLOCK + halves * BLOCK * (APPLY_VECTORS + 4)
+            + (halves - 1) * BLOCK * (BLOCK + 4)) * size
 
 
 def _forward(p: TrsmProblem) -> bool:
@@ -86,32 +110,52 @@ def _op_block(p: TrsmProblem, r0: int, c0: int) -> tuple[int, bool]:
 
 
 def plan(problem: TrsmProblem, choice: TrsmChoice, target: Target) -> Plan:
-    """[trsm_scale], then leaves and GEMM updates in dependency order; A = operand 0, B = 1, X = 2."""
+    """[trsm_scale], trsm_invert, then leaves (trsm_apply) and GEMM updates in dependency order; A = operand 0,
+    B = 1, X = 2; the workspace holds the inverted diagonal blocks, then the GEMM launches' own workspace."""
     p, dtype = problem, np.dtype(problem.dtype)
     size, nb, d = dtype.itemsize, choice.nb, problem.dim
     forward = _forward(p)
     opts = kernels.compile_opts(choice.config)
     units = "FP32 cores" if dtype == np.float32 else "FP64 cores"
-    params = {"scalar_t": scalar_t(dtype), "unroll": True, "leaf": True, "NB": nb, "THREADS": LEAF_THREADS, "FORWARD": forward,
-              "UNIT": p.unit, "TRANS_T": p.trans != p.right, "CONTIG": p.right and p.aligned}
-    tag = (f"{dtype_tag(dtype)}_nb{nb}_{'fwd' if forward else 'bwd'}" + ("_unit" if p.unit else "")
-           + ("_t" if params["TRANS_T"] else "") + ("_v" if params["CONTIG"] else ""))
-    leaf_spec = kernels.make_spec(TEMPLATE, "trsm_leaf", f"trsm_leaf_{tag}", params, opts)
+    common = {"scalar_t": scalar_t(dtype), "unroll": True}
+    trans_t = p.trans != p.right
+    tag = dtype_tag(dtype)
+    invert = kernels.make_spec(TEMPLATE, "trsm_invert",
+                               f"trsm_invert_{tag}_nb{BLOCK}_{'fwd' if forward else 'bwd'}"
+                               + ("_unit" if p.unit else "") + ("_t" if trans_t else ""),
+                               {**common, "kernel": "invert", "NB": BLOCK, "FORWARD": forward, "UNIT": p.unit,
+                                "TRANS_T": trans_t}, opts)
+    applies = {1: kernels.make_spec(TEMPLATE, "trsm_apply", f"trsm_apply_{tag}_nb{BLOCK}" + ("_c" if p.right else ""),
+                                    {**common, "kernel": "apply", "HALVES": 1, "VT": APPLY_VECTORS,
+                                     "THREADS": APPLY_THREADS, "CONTIG": p.right}, opts)}
+    if nb > BLOCK:
+        applies[2] = kernels.make_spec(
+            TEMPLATE, "trsm_apply", f"trsm_apply_{tag}_nb{nb}_{'fwd' if forward else 'bwd'}"
+            + ("_t" if trans_t else "") + ("_c" if p.right else ""),
+            {**common, "kernel": "apply", "HALVES": 2, "VT": APPLY_VECTORS, "THREADS": APPLY_THREADS,
+             "CONTIG": p.right, "FORWARD": forward, "TRANS_T": trans_t}, opts)
+    blocks = cdiv(d, BLOCK)
+    inverses = blocks * BLOCK * BLOCK * size
     launches: list[KernelLaunch] = []
     workspace = [0]
     if not (p.inplace and p.alpha == 1.0):
-        spec = kernels.make_spec(TEMPLATE, "trsm_scale", f"trsm_scale_{dtype_tag(dtype)}",
-                                 {"scalar_t": scalar_t(dtype), "unroll": True, "leaf": False}, opts)
+        spec = kernels.make_spec(TEMPLATE, "trsm_scale", f"trsm_scale_{tag}", {**common, "kernel": "scale"}, opts)
         count = p.m * p.n
         launches.append(KernelLaunch(spec, (min(cdiv(count, 256), target.sm_count * 8),), (256,),
                                      (ptr(1), ptr(2), i64(count), scalar(dtype, p.alpha)), units=units))
+    launches.append(KernelLaunch(invert, (blocks,), (BLOCK * INVERT_THREADS_PER_COLUMN,), (ptr(0), ptr(3), i32(d)),
+                                 shared=_invert_shared(size), units=units))
     vectors = p.m if p.right else p.n
     estride, vstride = (1, p.n) if p.right else (p.n, 1)
 
     def leaf(lo: int, hi: int) -> None:
-        launches.append(KernelLaunch(leaf_spec, (cdiv(vectors, LEAF_THREADS),), (LEAF_THREADS,),
-                                     (ptr(0, (lo * d + lo) * size), ptr(2, lo * estride * size), i32(d),
-                                      i32(hi - lo), i32(vectors), i64(estride), i64(vstride)), units=units))
+        """A leaf of more than one inverted block also reads its coupling block of A."""
+        halves = cdiv(hi - lo, BLOCK)
+        coupling = (ptr(0, (lo * d + lo) * size), i32(d)) if halves == 2 else ()
+        launches.append(KernelLaunch(applies[halves], (cdiv(vectors, APPLY_VECTORS),), (APPLY_THREADS,),
+                                     (ptr(3, lo // BLOCK * BLOCK * BLOCK * size), *coupling,
+                                      ptr(2, lo * estride * size), i32(hi - lo), i32(vectors), i64(estride),
+                                      i64(vstride)), shared=_apply_shared(halves, size), units=units))
 
     def update(done: tuple[int, int], todo: tuple[int, int]) -> None:
         """X[todo] -= coupling of X[done]: the GEMM family's launch on sub-matrices."""
@@ -128,7 +172,7 @@ def plan(problem: TrsmProblem, choice: TrsmChoice, target: Target) -> Plan:
             pointers = (ptr(0, off * size), ptr(2, d0 * p.n * size), ptr(2, t0 * p.n * size))
         gemm = gemm_kernels.FAMILY.default_plan(g, choice.config, target)
         workspace.append(gemm.workspace)   # GEMM launches run one after another: they share one workspace
-        launches.append(retarget(gemm.launches[0], pointers, ptr(3)))
+        launches.append(retarget(gemm.launches[0], pointers, ptr(3, inverses)))
 
     def solve(lo: int, hi: int) -> None:
         if hi - lo <= nb:
@@ -141,12 +185,12 @@ def plan(problem: TrsmProblem, choice: TrsmChoice, target: Target) -> Plan:
         solve(*second)
 
     solve(0, d)
-    return Plan(tuple(launches), ("a", "b", "x"), workspace=max(workspace), choice=choice.label)
+    return Plan(tuple(launches), ("a", "b", "x"), workspace=inverses + max(workspace), choice=choice.label)
 
 
 def problems() -> list[TrsmProblem]:
     """The goal shape (4096², both sides and triangles, in place) and two odd transposed unit-diagonal solves
-    out of place, both dtypes (six of the eight leaf kernels of a dtype)."""
+    out of place, both dtypes (six of the eight inversion kernels of a dtype)."""
     out = []
     for dt in ("float32", "float64"):
         out += [TrsmProblem(dt, 4096, 4096, right, upper, False, False, 1.0, True, True)

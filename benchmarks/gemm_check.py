@@ -6,6 +6,11 @@ the norm-wise error against float64 references: exact operands, operands truncat
 sit on one of the TF32 models (error ~1e-7, far below 1e-4 from exact); 3xTF32 near float32.
 
     python benchmarks/gemm_check.py [--sizes 128x256x64,1000x1000x1000]
+    python benchmarks/gemm_check.py --bench [--out bench.json]
+
+--bench times explicit builds of the kernel (tile, blocks per SM, instruction N; gemm_wgmma.WgmmaChoice)
+on the shapes whose heuristic they decide, planned directly, next to torch TF32 in the same run:
+the batched 100 x 256³ (torch.bmm), 1000³ (the seed's size) and 4096³ (torch.matmul), all A @ B.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
 import cuopjit  # noqa: E402
 
 SIZES = "128x256x64,1x4x4,7x12x36,33x4100x1000,1000x1000x1000,257x260x132"
@@ -61,11 +67,69 @@ def case(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, a
             f"trunc {trunc:8.2e}  rna {rna:8.2e}  {name}")
 
 
+# (consumers, tile width, blocks per SM, instruction N or 0) per shape: batch, m, n, k
+BENCH = {(100, 256, 256, 256): ((2, 256, 1, 0), (2, 128, 1, 0), (1, 128, 2, 0), (1, 64, 2, 0)),
+         (1, 1000, 1000, 1000): ((1, 64, 2, 32), (1, 32, 2, 0), (1, 64, 2, 0), (1, 128, 2, 0), (1, 128, 2, 32),
+                                 (1, 64, 1, 0), (2, 64, 1, 0), (2, 128, 1, 0)),
+         (1, 4096, 4096, 4096): ((2, 256, 1, 0), (2, 256, 1, 128))}
+
+
+def bench(out: str | None) -> None:
+    """Each build of BENCH on its shape vs torch (TF32) in the same run; TFLOP/s, ratio, error vs float64."""
+    import dataclasses
+
+    import torch
+    from mb_common import time_ms, to_cuopjit
+    from results_io import save_json
+
+    from cuopjit import executor
+    from cuopjit.ops import gemm_kernels as gk
+    from cuopjit.ops import gemm_wgmma as gw
+    from cuopjit.settings import DEFAULT
+    target = cuopjit.target.of_device(0)
+    rows = []
+    for (batch, m, n, k), builds in BENCH.items():
+        a = torch.randn(batch, m, k, device="cuda")
+        b = torch.randn(batch, k, n, device="cuda")
+        c = torch.full((batch, m, n), float("nan"), device="cuda")
+        problem = gk.packed("float32", m, n, k)
+        if batch > 1:
+            problem = dataclasses.replace(problem, batch=batch, stride_a=m * k, stride_b=k * n, stride_c=m * n)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        theirs = time_ms(lambda i: torch.matmul(a, b, out=c))["median_ms"]
+        ref = a.double() @ b.double()
+        ptrs = tuple(to_cuopjit(t).ptr for t in (a, b, c))
+        flops = 2.0 * batch * m * n * k
+        for consumers, qn, per_sm, ni in builds:
+            choice = gw.WgmmaChoice(consumers, qn, gw.stages_for(consumers, qn, False, target, per_sm), per_sm=per_sm,
+                                    ni=ni)
+            run = executor.load(gw.plan(problem, choice, target), 0, DEFAULT)
+            c.fill_(float("nan"))
+            run(ptrs, 0)
+            torch.cuda.synchronize()
+            err = ((c.double() - ref).norm() / ref.norm()).item()
+            mine = time_ms(lambda i: run(ptrs, 0))["median_ms"]
+            row = {"shape": f"{batch}x{m}x{n}x{k}", "choice": choice.label, "cuopjit_ms": mine, "torch_ms": theirs,
+                   "tflops": flops / mine / 1e9, "torch_tflops": flops / theirs / 1e9, "ratio": theirs / mine,
+                   "rel_error": err}
+            rows.append(row)
+            print(f"{row['shape']:18s} {choice.label:36s} {mine * 1e3:8.1f} us {row['tflops']:6.1f} TFLOP/s  "
+                  f"torch {theirs * 1e3:8.1f} us {row['torch_tflops']:6.1f}  x{row['ratio']:.2f}  err {err:.1e}",
+                  flush=True)
+    if out:
+        save_json(out, {"rows": rows, "device": torch.cuda.get_device_name()}, gpu=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default=SIZES)
     p.add_argument("--no-tiles", action="store_true", help="skip the sweep over block_size and tile_size")
+    p.add_argument("--bench", action="store_true", help="time the kernel builds of BENCH instead of checking")
+    p.add_argument("--out", default=None, help="--bench: JSON file for the rows")
     args = p.parse_args()
+    if args.bench:
+        bench(args.out)
+        return
     rng = np.random.default_rng(int(os.environ.get("CUOPJIT_TEST_SEED", "1")))
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
     for precision in ("tf32", "3xtf32"):

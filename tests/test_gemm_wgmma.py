@@ -1,20 +1,25 @@
 """The Hopper wgmma GEMM: routing (which configs and problems reach it), every variant compiles for
 sm_90a without spills (CPU, real NVRTC); on an H100, TF32 and 3xTF32 results for every layout,
-alpha/beta and odd sizes against float64 NumPy (C poisoned with NaN, canaries around it), and
-3xTF32's error no worse than the exact SIMT kernel's on randn and on 2^-20..2^20 inputs."""
+alpha/beta and odd sizes against float64 NumPy (C poisoned with NaN, canaries around it), batched
+problems (broadcast on either side) planned directly and through BatchMatMul / MatMul, and 3xTF32's
+error no worse than the exact SIMT kernel's on randn and on 2^-20..2^20 inputs."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import kernels
+from cuopjit import executor, kernels
 from cuopjit.config import JITConfig
 from cuopjit.ops import gemm_kernels as gk
 from cuopjit.ops import gemm_wgmma as gw
+from cuopjit.ops import matmul
+from cuopjit.plan import i32, i64
 from cuopjit.prewarm import kernels_to_build, representative_plans
+from cuopjit.settings import DEFAULT
 from cuopjit.target import named
 
 from conftest import check_guards, guarded, make_config, rel_error
@@ -35,10 +40,10 @@ def test_float32_tensor_cores_on_sm90_are_wgmma(fields, target):
                                        target).launches
     assert "_wgmma_" in launch.spec.name and launch.spec.arch_specific
     assert kernels.compile_arch(launch.spec, "sm_90") == "sm_90a"
-    assert launch.grid[0] <= target.sm_count and launch.block[0] in (256, 384)
+    assert launch.grid[0] <= 2 * target.sm_count and launch.block[0] in (256, 384)
     assert launch.units == gw.UNITS[fields.get("precision") == "3xtf32"]
     if fields.get("tile_size"):
-        assert launch.block == (256, 1, 1) and "_t64x32x32_" in launch.spec.name
+        assert launch.block == (256, 1, 1) and "_t64x128x32_i64x32x32_" in launch.spec.name   # 4 instructions of N 32
 
 
 @pytest.mark.parametrize("problem, fields, why", [
@@ -53,12 +58,36 @@ def test_what_wgmma_cannot_take_runs_on_mma_sync(problem, fields, why):
     assert "mma.sync" in launch.units, why
 
 
-def test_batched_and_older_targets_stay_on_mma_sync():
-    batched = gk.GemmProblem("float32", 256, 256, 256, False, False, True, 1.0, 0.0, 256, 256, 256,
-                             batch=4, stride_a=65536, stride_b=65536, stride_c=65536)
+def _batched_problem(batch, m, n, k, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, bcast=None):
+    """`batch` packed GEMMs; bcast "a" or "b": that operand is one matrix (stride 0) for every entry."""
+    lda, ldb = (m if trans_a else k), (k if trans_b else n)
+    return gk.GemmProblem("float32", m, n, k, trans_a, trans_b, True, alpha, beta, lda, ldb, n, batch=batch,
+                          stride_a=0 if bcast == "a" else m * k, stride_b=0 if bcast == "b" else k * n, stride_c=m * n)
+
+
+def test_batched_runs_on_wgmma_and_older_targets_on_mma_sync():
     cfg = make_config(enable_tensor_core=True).snapshot()
-    assert "mma.sync" in gk.FAMILY.default_plan(batched, cfg, SM90).launches[0].units
+    (launch,) = gk.FAMILY.default_plan(_batched_problem(100, 256, 256, 256), cfg, SM90).launches
+    assert launch.spec.name.endswith("_nn_batched") and dict(launch.spec.params)["BATCHED"]
+    assert launch.args[-4:] == (i64(65536), i64(65536), i64(65536), i32(100))
+    (launch,) = gk.FAMILY.default_plan(gk.packed("float32", 256, 256, 256), cfg, SM90).launches
+    assert not dict(launch.spec.params)["BATCHED"] and len(launch.args) == 12
+    odd = dataclasses.replace(_batched_problem(3, 8, 8, 8), stride_a=66)
+    assert gw.why_not(odd, SM90) == "TMA needs batch strides that are multiples of 16 bytes"
+    assert "mma.sync" in gk.FAMILY.default_plan(odd, cfg, SM90).launches[0].units
     assert "mma.sync" in gk.FAMILY.default_plan(gk.packed("float32", 4096, 4096, 4096), cfg, SM80).launches[0].units
+
+
+def test_batch_matmul_and_matmul_reach_wgmma_in_one_launch():
+    """BatchMatMulFloat with tensor cores (a broadcast weight too) and MatMul with batch dims: one wgmma launch."""
+    cfg = make_config(kernel_type="tensor_core").snapshot()
+    for problem in matmul.batch_problems()[:2]:
+        (launch,) = matmul.BATCH_FAMILY.default_plan(problem, cfg, SM90).launches
+        assert "_wgmma_" in launch.spec.name and launch.spec.name.endswith("_batched")
+    mm = matmul._plan_batch("float32", (8, 100), (8, 100, 256, 256), (256, 256), 256, 256, 256, True)
+    (launch,) = matmul.FAMILY.default_plan(mm, cfg, SM90).launches
+    assert "_wgmma_" in launch.spec.name and launch.args[-4:] == (i64(65536), i64(0), i64(65536),
+                                                                   i32(800))
 
 
 def test_3xtf32_without_wgmma_is_the_exact_simt_kernel_and_float64_refuses_it():
@@ -81,9 +110,24 @@ def test_precision_is_validated_and_part_of_the_snapshot():
 def test_heuristic_fills_the_sms_and_tuning_offers_the_other_tiles():
     cfg = make_config(enable_tensor_core=True).snapshot()
     big = gw.choices(gk.packed("float32", 4096, 4096, 4096), cfg, SM90, split=False)
-    assert (big[0].consumers, big[0].qn) == (2, 256) and len(big) == len(gw.AUTO)
+    assert (big[0].consumers, big[0].qn, big[0].per_sm) == (2, 256, 1) and len(big) == len(gw.AUTO)
+    assert (big[-1].consumers, big[-1].per_sm) == (1, 2)       # one consumer: two blocks per SM
+    one_cfg = make_config(block_size=256, tile_size=64, enable_tensor_core=True).snapshot()
+    one = gw.choices(gk.packed("float32", 4096, 4096, 4096), one_cfg, SM90, False)
+    assert [(c.consumers, c.qn, c.per_sm) for c in one] == [(1, 128, 2), (1, 128, 1)]   # b1 for tuning
+    for c in one:
+        assert gw.smem_bytes(c.consumers, c.qn, c.stages, False) <= gw.smem_limit(SM90, c.per_sm)
+    # tile_size is the instruction's N: the seed's tile 32 with one consumer is a 64 x 128 tile of 4 of them.
+    seed_cfg = make_config(block_size=256, tile_size=32, enable_tensor_core=True).snapshot()
+    seed = gw.choices(gk.packed("float32", 1000, 1000, 1000), seed_cfg, SM90, False)
+    assert (seed[0].qn, seed[0].instr_n, seed[0].per_sm) == (128, 32, 2) and "_t64x128x32_i64x32x32_" in seed[0].label
+    # Short K (the batched 100 x 256³): one consumer, two blocks per SM; 3xTF32 keeps two consumers.
+    bmm = gw.choices(_batched_problem(100, 256, 256, 256), cfg, SM90, split=False)[0]
+    assert (bmm.consumers, bmm.qn, bmm.per_sm) == (1, 128, 2)
+    assert gw.choices(_batched_problem(100, 256, 256, 256), cfg, SM90, split=True)[0].consumers == 2
     small = gw.choices(gk.packed("float32", 1000, 1000, 1000), cfg, SM90, split=False)[0]
-    assert gw.tiles(gk.packed("float32", 1000, 1000, 1000), small.consumers, small.qn) >= SM90.sm_count
+    assert gw.tiles(gk.packed("float32", 1000, 1000, 1000), small.consumers, small.qn) >= gw.FILL * SM90.sm_count
+    assert (small.consumers, small.qn) == (2, 64)          # 128 tiles of 128 x 64 on 132 SMs
     split = gw.choices(gk.packed("float32", 4096, 4096, 4096), cfg, SM90, split=True)
     assert all(c.qn <= gw.SPLIT_MAX and c.split for c in split)
     for c in big + split:
@@ -96,6 +140,10 @@ def test_wgmma_errors_say_what_to_choose():
         gw.choices(gk.packed("float32", 64, 64, 64), cfg, SM90, split=False)
     with pytest.raises(ValueError, match=r"cannot run on the wgmma kernel: A\^T @ B has no K-major operand"):
         gw.plan(gk.packed("float32", 64, 64, 64, True, False), gw.WgmmaChoice(2, 128, 4), SM90)
+    with pytest.raises(ValueError, match=r"ni=48: each instruction's N must be one of .* divide the tile width 128"):
+        gw.plan(gk.packed("float32", 64, 64, 64), gw.WgmmaChoice(2, 128, 4, ni=48), SM90)
+    with pytest.raises(ValueError, match=r"per_sm=2: two blocks per SM need one consumer warpgroup"):
+        gw.plan(gk.packed("float32", 64, 64, 64), gw.WgmmaChoice(2, 128, 4, per_sm=2), SM90)
 
 
 def test_prewarm_for_sm90a_builds_the_wgmma_kernels():
@@ -109,16 +157,26 @@ def test_prewarm_for_sm90a_builds_the_wgmma_kernels():
 
 # --- CPU: every variant compiles for sm_90a without spills -------------------------------------------
 
-_VARIANTS = ([(ta, tb, split, 2, gw.SPLIT_MAX if split else 256) for (ta, tb) in LAYOUTS for split in (False, True)]
-             + [(False, False, False, c, q) for c in (1, 2) for q in gw.WIDTHS if (c, q) != (2, 256)])
+# (trans_a, trans_b, split, consumers, qn, ni, batched): every layout and precision, every width with 1
+# and 2 consumers, narrower instructions than the tile, batched with broadcasts.
+_VARIANTS = ([(ta, tb, split, 2, gw.SPLIT_MAX if split else 256, 0, "") for (ta, tb) in LAYOUTS
+              for split in (False, True)]
+             + [(False, False, False, c, q, 0, "") for c in (1, 2) for q in gw.WIDTHS if (c, q) != (2, 256)]
+             + [(False, False, False, 1, 64, 32, ""), (False, True, False, 2, 256, 16, ""),
+                (True, True, True, 2, 64, 32, "")]
+             + [(False, False, False, 2, 128, 0, "b"), (False, True, False, 1, 64, 0, "a"),
+                (True, True, True, 2, 64, 0, "b")])
 
 
-@pytest.mark.parametrize("trans_a, trans_b, split, consumers, qn", _VARIANTS,
+@pytest.mark.parametrize("trans_a, trans_b, split, consumers, qn, ni, bcast", _VARIANTS,
                          ids=[f"{'t' if a else 'n'}{'t' if b else 'n'}-{'3x' if s else 'tf32'}-{c}x{q}"
-                              for a, b, s, c, q in _VARIANTS])
-def test_every_variant_compiles_for_sm90a_without_spills(trans_a, trans_b, split, consumers, qn):
-    choice = gw.WgmmaChoice(consumers, qn, gw.stages_for(consumers, qn, split, SM90), split=split)
-    plan = gw.plan(gk.packed("float32", 1000, 1000, 1000, trans_a, trans_b), choice, SM90)
+                              + (f"-i{i}" if i else "") + (f"-batched-{bc}" if bc else "")
+                              for a, b, s, c, q, i, bc in _VARIANTS])
+def test_every_variant_compiles_for_sm90a_without_spills(trans_a, trans_b, split, consumers, qn, ni, bcast):
+    choice = dataclasses.replace(gw.build(consumers, qn, SM90, split), ni=ni)
+    problem = (_batched_problem(7, 1000, 1000, 1000, trans_a, trans_b, bcast=bcast) if bcast
+               else gk.packed("float32", 1000, 1000, 1000, trans_a, trans_b))
+    plan = gw.plan(problem, choice, SM90)
     (launch,) = plan.launches
     plan.check_target(SM90)
     spec = launch.spec
@@ -177,6 +235,92 @@ def test_wgmma_matches_float64(rng, m, n, k, alpha, beta, trans_a, trans_b, prec
     assert np.all(np.isfinite(out)) and np.all(err <= bound), f"{name}: error {np.max(err - bound):.3g} over the bound"
 
 
+def _within_bound(out, a, b, c0, trans_a, trans_b, alpha, beta, k, name):
+    """The componentwise bound of test_wgmma_matches_float64 on one product (a, b already as the kernel reads them)."""
+    u = (k + 16) * np.finfo(np.float32).eps
+    bound = u * _ref(np.abs(a), np.abs(b), np.abs(c0), trans_a, trans_b, abs(alpha), abs(beta))
+    err = np.abs(out.astype(np.float64) - _ref(a, b, c0, trans_a, trans_b, alpha, beta))
+    assert np.all(np.isfinite(out)) and np.all(err <= bound), f"{name}: error {np.max(err - bound):.3g} over the bound"
+
+
+def _run_batched(rng, problem, choice=None, precision="tf32"):
+    """Plan `problem` (batched GemmProblem) directly, run it on fresh operands, check each entry; the kernel name."""
+    p = problem
+    sa, sb = ((p.k, p.m) if p.trans_a else (p.m, p.k)), ((p.n, p.k) if p.trans_b else (p.k, p.n))
+    a = rng.standard_normal((p.batch if p.stride_a else 1, *sa)).astype(np.float32)
+    b = rng.standard_normal((p.batch if p.stride_b else 1, *sb)).astype(np.float32)
+    c0 = rng.standard_normal((p.batch, p.m, p.n)).astype(np.float32)
+    c = guarded([p.batch, p.m, p.n], np.float32, fill=c0 if p.beta else None)
+    target = cuopjit.target.of_device(0)
+    if choice is None:
+        choice = gk.choices(p, make_config(kernel_type="tensor_core", precision=precision).snapshot(), target)[0]
+    plan = gk.plan(p, choice, target)
+    at, bt = cuopjit.tensor(a), cuopjit.tensor(b)
+    executor.load(plan, 0, DEFAULT)((at.ptr, bt.ptr, c.ptr), 0)
+    check_guards(c)
+    out, name = c.to_numpy(), plan.launches[0].spec.name
+    if not choice.split:
+        a, b = _tf32(a, False), _tf32(b, False)
+    for z in range(p.batch):
+        _within_bound(out[z], a[z if p.stride_a else 0], b[z if p.stride_b else 0], c0[z] if p.beta else 0 * c0[z],
+                      p.trans_a, p.trans_b, p.alpha, p.beta, p.k, f"{name} entry {z}")
+    return name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
+@pytest.mark.parametrize("trans_a, trans_b", LAYOUTS, ids=["nt", "nn", "tt"])
+@pytest.mark.parametrize("batch, m, n, k, alpha, beta, bcast", [
+    (3, 257, 260, 132, 1.0, 0.0, None), (3, 33, 36, 1004, -0.5, 1.5, "a"), (100, 7, 36, 36, 1.0, 0.0, "b"),
+    (5, 1, 4, 4, 2.0, -1.0, None), (3, 260, 4100, 36, 0.0, 2.0, "b"), (4, 264, 132, 260, 1.0, 1.0, "a")])
+def test_batched_wgmma_matches_float64(rng, batch, m, n, k, alpha, beta, bcast, trans_a, trans_b, precision):
+    """Batched problems planned directly: every layout, broadcast A or B, alpha/beta, partial tiles; tt needs m % 4."""
+    m = m + (-m % 4 if trans_a else 0)
+    problem = _batched_problem(batch, m, n, k, trans_a, trans_b, alpha, beta, bcast)
+    name = _run_batched(rng, problem, precision=precision)
+    assert "_wgmma_" in name and name.endswith("_batched")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["nt", "nn", "tt"])
+def test_blocks_per_sm_and_instruction_widths_on_gpu(rng, layout):
+    """One and two blocks per SM, instructions narrower than the tile, batched and not, TF32 and 3xTF32."""
+    for consumers, qn, per_sm, ni, split in ((2, 128, 1, 0, False), (1, 64, 2, 0, False), (1, 64, 1, 0, False),
+                                             (1, 128, 2, 0, False), (1, 64, 2, 32, False), (2, 256, 1, 64, False),
+                                             (1, 32, 1, 16, False), (2, 64, 1, 32, True), (2, 64, 1, 0, False),
+                                             (1, 128, 2, 32, False)):
+        choice = gw.WgmmaChoice(consumers, qn, gw.stages_for(consumers, qn, split, SM90, per_sm), split=split,
+                                per_sm=per_sm, ni=ni)
+        for batch in (1, 3):
+            problem = _batched_problem(batch, 260, 300, 1000, *layout, alpha=0.5, beta=-1.0, bcast="b")
+            if batch == 1:
+                problem = dataclasses.replace(problem, stride_a=0, stride_b=0, stride_c=0)
+            name = _run_batched(rng, problem, choice)
+            assert choice.label in name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 3, 100])
+@pytest.mark.parametrize("m", [1, 7, 33, 257])
+@pytest.mark.parametrize("bcast", [None, "a", "b"])
+def test_batch_matmul_runs_wgmma(rng, batch, m, bcast):
+    """BatchMatMulFloat with tensor cores through the JIT wrapper: one wgmma launch whatever the batch."""
+    n, k = 36, 260
+    a = rng.standard_normal((1 if bcast == "a" else batch, m, k)).astype(np.float32)
+    b = rng.standard_normal((1 if bcast == "b" else batch, k, n)).astype(np.float32)
+    c = guarded([batch, m, n], np.float32)
+    op = cuopjit.JITBatchMatMulFloat(cuopjit.BatchMatMulFloat())
+    op.set_jit_config(make_config(kernel_type="tensor_core"))
+    op.forward(cuopjit.tensor(a), cuopjit.tensor(b), c)
+    check_guards(c)
+    name = op.get_performance_profile().kernel_name
+    assert "_wgmma_" in name and name.endswith("_batched") == (batch > 1), name
+    out, ta, tb = c.to_numpy(), _tf32(a, False), _tf32(b, False)
+    for z in range(batch):
+        _within_bound(out[z], ta[0 if bcast == "a" else z], tb[0 if bcast == "b" else z], np.zeros((m, n)),
+                      False, False, 1.0, 0.0, k, f"{name} entry {z}")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("spread", [0, 20], ids=["randn", "2^-20..2^20"])
 def test_3xtf32_error_is_no_worse_than_simt(rng, spread):
@@ -197,7 +341,7 @@ def test_3xtf32_error_is_no_worse_than_simt(rng, spread):
 
 @pytest.mark.gpu
 def test_every_block_and_tile_size_on_gpu(rng):
-    """Each (consumers, wgmma N) the config can name, on a size that leaves partial tiles on both sides."""
+    """Each (consumers, instruction N) the config can name, on a size that leaves partial tiles on both sides."""
     for block, tile in itertools.product((0, 256), gw.WIDTHS[1:]):
         fields = {"kernel_type": "tensor_core", "block_size": block, "tile_size": tile}
         out, a, b, c0, name = _gemm(rng, 200, 300, 100, False, False, 1.0, 0.0, fields)

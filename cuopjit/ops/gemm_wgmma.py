@@ -2,7 +2,10 @@
 
 Operands come in by TMA (tensor maps built on the device: the plan is fixed, the pointers are not)
 through a multi-stage mbarrier pipeline; a producer warpgroup feeds 1 or 2 consumer warpgroups;
-the grid is persistent (one block per SM) and walks its tiles in L2-friendly bands.
+the grid is persistent (one block per SM; two with one consumer warpgroup) and walks its tiles in
+L2-friendly bands. A batched problem (GemmProblem.batch > 1) is one launch: the tensor maps take the
+batch as a third dimension (a broadcast operand, stride 0, has extent 1 there) and the blocks walk
+the entries one after another.
 
 The wgmma product is D = P @ Q^T with Q K-major; `layout` casts the GEMM onto it:
   A @ B^T (B stored N x K): P = A, Q = B, both K-major (P straight from shared memory);
@@ -10,8 +13,11 @@ The wgmma product is D = P @ Q^T with Q K-major; `layout` casts the GEMM onto it
   A^T @ B^T:                P = A^T through registers, Q = B.
 A^T @ B (both operands MN-major) has no K-major operand for Q: gemm_kernels keeps it on mma.sync.
 
-How JITConfig reaches this kernel: tile_size is the wgmma N (QN: 16, 32, 64, 128, or 0 = auto up
-to 256); block_size 256 runs one consumer warpgroup (64-row tiles), 0 two (128-row tiles);
+How JITConfig reaches this kernel: tile_size is the N of each wgmma instruction (16, 32, 64, 128;
+0 = the tile's width); the tile's width QN (up to 256) is the heuristic's, at least that, made of
+QN / N instructions side by side (a 64 x 32 tile would read 196 MB from L2 at 1000³, more than L2
+delivers in cuBLAS's time); block_size 256 runs one consumer warpgroup (64-row tiles, two blocks
+per SM), 0 two (128-row tiles);
 precision "3xtf32" splits every operand into big + small TF32 parts (float32-grade error);
 enable_loop_unroll unrolls the TMA box loop (MN-major P) and the 3xTF32 split loop (the k-step and
 epilogue loops index register arrays and are always unrolled); the other switches name SIMT/mma.sync code paths
@@ -19,17 +25,20 @@ epilogue loops index register arrays and are always unrolled); the other switche
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .. import kernels
-from ..plan import KernelLaunch, Plan, i32, ptr, scalar
+from ..plan import KernelLaunch, Plan, i32, i64, ptr, scalar
 from ..target import Target
 from .base import cdiv
 
 TEMPLATE = "gemm_wgmma.cu.jinja"
 BK = 32
-WIDTHS = (256, 128, 64, 32, 16)      # wgmma N (QN) the kernel is built with
-AUTO = ((2, 256), (2, 128), (2, 64), (1, 64))   # (consumers, QN) the heuristic tries, largest tile first
+WIDTHS = (256, 128, 64, 32, 16)      # tile widths (QN) and instruction N the kernel is built with
+AUTO = ((2, 256), (2, 128), (2, 64), (1, 128), (1, 64))   # (consumers, QN) the heuristic tries, largest tile first
+FILL = 0.9                           # a tile count "fills" the GPU from 90% of its SMs (1000³: 128 tiles of 128 x 64)
+SHORT_K = 256                        # K this short: one consumer, two blocks per SM (each hides the other's epilogue)
 MAX_STAGES = 6
 SPLIT_MAX = 64                       # widest wgmma N of the 3xTF32 kernel
 MAP_BYTES = 256                      # two 128-byte tensor maps per block, in the workspace
@@ -38,7 +47,9 @@ UNITS = {False: "TF32 tensor cores (wgmma)", True: "TF32 tensor cores, 3 product
 
 @dataclass(frozen=True)
 class WgmmaChoice:
-    """One build of the wgmma kernel: consumer warpgroups, wgmma N, stages, tile-order band, precision."""
+    """One build of the wgmma kernel: consumer warpgroups, tile width qn, stages, tile-order band, precision;
+    `ni`: the N of each wgmma instruction (0: qn, one instruction per k-step); `per_sm`: blocks per SM
+    (2 only with one consumer: two tiles in flight per SM)."""
     consumers: int
     qn: int
     stages: int
@@ -46,6 +57,12 @@ class WgmmaChoice:
     split: bool = False
     unroll: bool = True
     opts: kernels.CompileOpts = kernels.DEFAULT_OPTS
+    per_sm: int = 1
+    ni: int = 0
+
+    @property
+    def instr_n(self) -> int:
+        return self.ni or self.qn
 
     @property
     def pm(self) -> int:
@@ -57,7 +74,9 @@ class WgmmaChoice:
 
     @property
     def label(self) -> str:
-        return (f"wgmma_t{self.pm}x{self.qn}x{BK}_s{self.stages}_g{self.group}" + ("_3xtf32" if self.split else "")
+        return (f"wgmma_t{self.pm}x{self.qn}x{BK}" + (f"_i64x{self.ni}x{BK}" if self.instr_n != self.qn else "")
+                + f"_s{self.stages}_g{self.group}" + ("_3xtf32" if self.split else "")
+                + (f"_b{self.per_sm}" if self.per_sm > 1 else "")
                 + ("" if self.unroll else "_nounroll"))
 
 
@@ -78,10 +97,12 @@ def why_not(problem, target: Target) -> str | None:
         return "wgmma TF32 is float32 only"
     if target.capability != 90:
         return f"wgmma needs an sm_90 GPU, not {target.arch}"
-    if problem.batch != 1:
-        return "batched problems run on the mma.sync kernel"
     if not problem.aligned:
         return "TMA needs 16-byte aligned operands and leading dimensions"
+    if problem.batch > 1 and any(s % 4 for s in (problem.stride_a, problem.stride_b, problem.stride_c)):
+        return "TMA needs batch strides that are multiples of 16 bytes"
+    if problem.batch * cdiv(problem.m, 16) * cdiv(problem.n, 16) >= 2 ** 31:
+        return "more than 2^31 tiles"
     if problem.k == 0:
         return "K = 0 (C = beta * C) runs on the mma.sync kernel"
     if layout(problem.trans_a, problem.trans_b) is None:
@@ -95,9 +116,14 @@ def smem_bytes(consumers: int, qn: int, stages: int, split: bool) -> int:
     return stages * (64 * consumers * BK * 4 + q) + (3 * q if split else 0) + 16 * stages + 2 * 128 + 128 + 1024
 
 
-def stages_for(consumers: int, qn: int, split: bool, target: Target) -> int:
+def smem_limit(target: Target, per_sm: int) -> int:
+    """Shared memory one block may take when `per_sm` blocks share an SM (1 KB per block is the system's)."""
+    return target.smem_per_block if per_sm == 1 else target.smem_per_sm // per_sm - 1024
+
+
+def stages_for(consumers: int, qn: int, split: bool, target: Target, per_sm: int = 1) -> int:
     """As many stages as fit in one block's shared memory (at most MAX_STAGES)."""
-    fit = [s for s in range(2, MAX_STAGES + 1) if smem_bytes(consumers, qn, s, split) <= target.smem_per_block]
+    fit = [s for s in range(2, MAX_STAGES + 1) if smem_bytes(consumers, qn, s, split) <= smem_limit(target, per_sm)]
     if not fit:
         raise ValueError(f"GEMM wgmma tile {64 * consumers}x{qn} does not fit {target.arch}'s shared memory: "
                          "choose a smaller tile_size")
@@ -105,13 +131,17 @@ def stages_for(consumers: int, qn: int, split: bool, target: Target) -> int:
 
 
 def tiles(problem, consumers: int, qn: int) -> int:
+    """Block tiles of the whole launch (every batch entry) with 64 * consumers x qn tiles."""
     p_is_a, _ = layout(problem.trans_a, problem.trans_b)
     rows_p, rows_q = (problem.m, problem.n) if p_is_a else (problem.n, problem.m)
-    return cdiv(rows_p, 64 * consumers) * cdiv(rows_q, qn)
+    return cdiv(rows_p, 64 * consumers) * cdiv(rows_q, qn) * problem.batch
 
 
 def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
-    """tile_size / block_size as the config names them, or the heuristic's pick then the other candidates."""
+    """tile_size / block_size as the config names them, or the heuristic's pick then the other candidates.
+
+    The pick: the widest tile whose count fills the SMs (FILL); for TF32 with K <= SHORT_K one-consumer
+    tiles first (100 x 256³: 39 us with 64 x 128 tiles two per SM, 41-42 us with 128 x 128 / 128 x 256)."""
     if cfg.tile_size not in (0, *WIDTHS[1:]):
         raise ValueError(f"GEMM tile_size={cfg.tile_size} is not allowed for the wgmma kernel: choose 0 (auto) or "
                          f"one of {', '.join(map(str, WIDTHS[1:]))}")
@@ -119,16 +149,33 @@ def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
         raise ValueError(f"GEMM block_size={cfg.block_size} cannot run the wgmma kernel (a producer warpgroup and "
                          "1 or 2 consumer warpgroups): choose block_size 256 (one consumer) or 0 (two)")
     consumers = 1 if cfg.block_size == 256 else 2
-    pairs = [(c, q) for c, q in AUTO if (not cfg.block_size or c == consumers) and (not cfg.tile_size or q == cfg.tile_size)]
+    # tile_size is the instruction's N: the tile is at least that wide, as wide as the heuristic likes.
+    pairs = [(c, q) for c, q in AUTO if (not cfg.block_size or c == consumers) and q >= cfg.tile_size]
     if not pairs:
         pairs = [(consumers, cfg.tile_size or 64)]
     if split:   # three accumulators fit the 168-register cap up to 64 wide
         pairs = [(c, min(q, SPLIT_MAX)) for c, q in pairs]
     pairs = list(dict.fromkeys(pairs))
-    first = next((p for p in pairs if tiles(problem, *p) >= target.sm_count), pairs[-1])
-    switches = {"split": split, "unroll": cfg.enable_loop_unroll, "opts": kernels.compile_opts(cfg)}
-    found = [first] + ([p for p in pairs if p != first] if not cfg.tile_size and not cfg.block_size else [])
-    return [WgmmaChoice(c, q, stages_for(c, q, split, target), **switches) for c, q in found]
+    if problem.k <= SHORT_K and not split:
+        pairs.sort(key=lambda p: p[0] != 1)
+    first = next((p for p in pairs if tiles(problem, *p) >= FILL * target.sm_count), pairs[-1])
+    switches = {"split": split, "unroll": cfg.enable_loop_unroll, "opts": kernels.compile_opts(cfg),
+                "ni": cfg.tile_size if cfg.tile_size < first[1] else 0}
+    found = [build(*first, target, **switches)]
+    if not cfg.tile_size and not cfg.block_size:
+        found += [build(c, q, target, **switches) for c, q in pairs if (c, q) != first]
+    head = found[0]
+    if head.per_sm == 2:    # one block per SM is a tuning candidate too
+        found.append(dataclasses.replace(head, per_sm=1, stages=stages_for(head.consumers, head.qn, split, target)))
+    return found
+
+
+def build(consumers: int, qn: int, target: Target, split: bool, **switches) -> WgmmaChoice:
+    """The heuristic's build of a (consumers, qn) tile: two blocks per SM with one TF32 consumer up to 128 wide
+    (the whole kernel then fits the 128-register cap of two 256-thread blocks), as many stages as fit."""
+    per_sm = 2 if consumers == 1 and qn <= 128 and not split else 1
+    return WgmmaChoice(consumers, qn, stages_for(consumers, qn, split, target, per_sm), split=split, per_sm=per_sm,
+                       **switches)
 
 
 def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
@@ -140,17 +187,27 @@ def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
         raise ValueError(f"GEMM 3xTF32 wgmma tiles are at most {SPLIT_MAX} wide (three accumulators in 168 "
                          f"registers), not {choice.qn}: choose tile_size {SPLIT_MAX} or less")
     p_is_a, p_kmajor = layout(problem.trans_a, problem.trans_b)
+    if choice.instr_n not in WIDTHS or choice.qn % choice.instr_n:
+        raise ValueError(f"GEMM wgmma ni={choice.ni}: each instruction's N must be one of {WIDTHS} and divide the "
+                         f"tile width {choice.qn}: choose tile_size {choice.qn} or a smaller power of two")
+    if choice.per_sm not in (1, 2) or choice.per_sm == 2 and (choice.consumers != 1 or choice.split or choice.qn > 128):
+        raise ValueError(f"GEMM wgmma per_sm={choice.per_sm}: two blocks per SM need one consumer warpgroup, "
+                         "TF32 and a tile at most 128 wide (128 registers per thread): use per_sm=1")
+    regs = {(2, 1): 232, (1, 1): 240, (1, 2): 216}[choice.consumers, choice.per_sm]
     params = {
         "scalar_t": "float", "unroll": choice.unroll, "PM": choice.pm, "QN": choice.qn, "STAGES": choice.stages,
         "CONSUMERS": choice.consumers, "GROUP": choice.group, "SPLIT": choice.split, "P_IS_A": p_is_a,
-        "P_KMAJOR": p_kmajor, "P_REGS": choice.split or not p_kmajor, "MIN_BLOCKS": 1, "SETMAXNREG": True,
+        "NI": choice.instr_n, "P_KMAJOR": p_kmajor, "P_REGS": choice.split or not p_kmajor,
+        "MIN_BLOCKS": choice.per_sm, "SETMAXNREG": True, "CONSUMER_REGS": regs, "BATCHED": problem.batch > 1,
     }
     ops = ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
-    name = f"gemm_f32_{choice.label}_{ops}"
+    name = f"gemm_f32_{choice.label}_{ops}" + ("_batched" if problem.batch > 1 else "")
     spec = kernels.make_spec(TEMPLATE, "gemm_wgmma", name, params, choice.opts, arch_specific=True)
-    grid = min(tiles(problem, choice.consumers, choice.qn), target.sm_count)
+    grid = min(tiles(problem, choice.consumers, choice.qn), target.sm_count * choice.per_sm)
     args = (ptr(0), ptr(1), ptr(2), ptr(3), i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
             i32(problem.ldb), i32(problem.ldc), scalar("float32", problem.alpha), scalar("float32", problem.beta))
+    if problem.batch > 1:
+        args += (i64(problem.stride_a), i64(problem.stride_b), i64(problem.stride_c), i32(problem.batch))
     launch = KernelLaunch(spec, (grid,), (choice.threads,), args,
                           shared=smem_bytes(choice.consumers, choice.qn, choice.stages, choice.split),
                           units=UNITS[choice.split])

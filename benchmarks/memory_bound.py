@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -40,6 +41,7 @@ def run_one(w: dict, repeat: int) -> dict:
     import torch
     fns = w["setup"]() if "setup" in w else w
     row = {k: v for k, v in w.items() if k not in ("setup", "run_cuopjit", "run_torch", "check")}
+    row["started_unix"] = round(time.time(), 2)   # when it began: match against a clock log (nvidia-smi -lms)
     row.setdefault("min_bytes", row["bytes"])
     check = fns.get("check")
     if check is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -70,24 +71,32 @@ def test_kernel_shapes():
         choose(NCHW, make_config(tile_size=256).snapshot(), SM90)
 
 
-def test_training_plan_shares_one_workspace():
-    """stats -> finalize -> apply; partials and the batch mean/variance at offsets of one workspace; the
-    split count follows the target's SM count."""
+def test_training_plan_shares_one_workspace(monkeypatch):
+    """Per-plane: stats -> apply with the finalize folded in (the partials are the workspace); without the
+    fold, and flat: stats -> finalize -> apply, the batch mean/variance after the partials in one workspace;
+    the split count follows the target's SM count."""
     cfg = make_config().snapshot()
     for t in (SM80, SM90):
         plan = batchnorm.FAMILY.default_plan(TRAIN, cfg, t)
+        stats, apply = plan.launches
+        assert [kl.spec.kernel for kl in plan.launches] == ["batchnorm_stats", "batchnorm_apply"]
+        splits = t.sm_count * 8 // 64    # per-plane stats: one wave of 8 blocks of 256 threads per SM
+        partials = 64 * splits * 3 * 8
+        assert stats.grid[0] == 64 * splits and plan.workspace == partials
+        assert apply.args[4] == stats.args[1] and [a.value for a in apply.args[5:7]] == [4, 5]
+        assert apply.spec.name.endswith("rf") and stats.spec.name == "batchnorm_stats_f64_pv2n4t256"
+    monkeypatch.setattr(batchnorm, "FOLD_FINALIZE", False)
+    for problem, splits in ((TRAIN, SM90.sm_count * 8 // 64), (replace(TRAIN, n=4096, hw=1), 9)):
+        plan = batchnorm.FAMILY.default_plan(problem, cfg, SM90)
         stats, finalize, apply = plan.launches
         assert [kl.spec.kernel for kl in plan.launches] == ["batchnorm_stats", "batchnorm_finalize",
                                                            "batchnorm_apply"]
-        splits = t.sm_count * 8 // 64    # per-plane stats: one wave of 8 blocks of 256 threads per SM
         partials = 64 * splits * 3 * 8
-        assert stats.grid[0] == 64 * splits
-        assert plan.workspace == partials + 2 * 64 * 8
+        assert stats.grid[0] == 64 * splits and plan.workspace == partials + 2 * 64 * 8
         mean, var = finalize.args[1], finalize.args[2]
         assert (mean.value, mean.offset, var.value, var.offset) == (6, partials, 6, partials + 64 * 8)
         assert apply.args[4] == mean and apply.args[5] == var
         assert [a.value for a in finalize.args[3:5]] == [4, 5]   # running_mean, running_var: operands
-        assert apply.spec.name.endswith("r") and stats.spec.name == "batchnorm_stats_f64_pv2n4t256"
     inference = batchnorm.FAMILY.default_plan(NCHW, cfg, SM90)
     assert inference.workspace == 0 and len(inference.launches) == 1
 
@@ -154,10 +163,13 @@ def test_batchnorm_inference(rng, dtype, shape):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fold", [True, False], ids=["fold", "finalize"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(2, 3, 5, 7), (8, 16, 33, 33), (64, 32), (2, 3, 4097)])
-def test_batchnorm_training(rng, dtype, shape):
-    """Batch statistics over N, H, W; running stats updated like torch.nn.BatchNorm2d (twice)."""
+def test_batchnorm_training(rng, monkeypatch, dtype, shape, fold):
+    """Batch statistics over N, H, W; running stats updated like torch.nn.BatchNorm2d (twice); per-plane
+    shapes with the finalize folded into the apply and as its own kernel."""
+    monkeypatch.setattr(batchnorm, "FOLD_FINALIZE", fold)
     c = shape[1]
     g, b, m, v = _bn_params(rng, c, dtype)
     bn = _bn(dtype, momentum=0.2).train()
@@ -219,7 +231,8 @@ def test_batchnorm_extreme_inputs(rng, dtype, shape):
 def test_batchnorm_training_shapes_and_offset(rng, dtype, shape):
     """Training at odd sizes along each axis (per-plane stats with 16-byte loads and shifted sums, or the
     flat Welford kernel; warp-per-channel finalize; apply in reverse), data centred at +-1e4 per channel
-    (the sums see deviations, not E[x^2] - E[x]^2), running statistics checked; NaN-poisoned, guarded outputs."""
+    (the sums see deviations, not E[x^2] - E[x]^2), running statistics checked; NaN-poisoned, guarded outputs.
+    Per-plane shapes run the finalize folded into the apply (two launches), flat ones three."""
     c = shape[1]
     g, b, m, v = _bn_params(rng, c, dtype)
     bn = _bn(dtype, momentum=0.1).train()
@@ -238,8 +251,10 @@ def test_batchnorm_training_shapes_and_offset(rng, dtype, shape):
     assert rel_error(y.to_numpy(), _apply_ref(a, mean, var, g, b)) < tol
     assert rel_error(rm.to_numpy(), 0.9 * m + 0.1 * mean) < TOL[dtype] * 4
     assert rel_error(rv.to_numpy(), 0.9 * v + 0.1 * var * n / (n - 1)) < tol
-    assert [kl.spec.kernel for kl in bn.plan(x, y).launches] == ["batchnorm_stats", "batchnorm_finalize",
-                                                                 "batchnorm_apply"]
+    per_plane = math.prod(shape[2:]) > 1
+    assert [kl.spec.kernel for kl in bn.plan(x, y).launches] == (
+        ["batchnorm_stats", "batchnorm_apply"] if per_plane else ["batchnorm_stats", "batchnorm_finalize",
+                                                                  "batchnorm_apply"])
 
 
 @pytest.mark.gpu

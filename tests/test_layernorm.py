@@ -103,6 +103,9 @@ def test_plans_pass_weights_eps_and_workspace():
     assert res.spec.kernel == "layernorm_resident" and res.grid[0] == 2 * 8 * chunks and "pc" in res.spec.name
     assert reset.args[1].value == 1 + 2 * 8 and res.args[4] == reset.args[0]   # counters: tickets, done, ready
     assert (res.args[5].offset, res.args[6].offset) == (80, 80 + 8 * chunks * 2 * 8)   # 17 counters: 80 bytes
+    # P's loads carry the evict-last L2 policy (x stays for A's re-read); the lead is one row's chunks
+    assert dict(res.spec.params)["KEEP"] == 1 and "createpolicy.fractional.L2::evict_last" in kernels.source(res.spec)
+    assert res.args[-3].value == layernorm.resident_lead(8, layernorm.choices(nchw, cfg, SM90)[0].layout, SM90)
 
 
 def test_resident_rows_fit_in_l2():

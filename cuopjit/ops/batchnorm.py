@@ -11,7 +11,9 @@ Kernels (templates/batchnorm.cu.jinja): inference is one `apply` launch; trainin
 (per-(channel, split) partials: per-plane, 16-byte loads and shifted sums; flat, Welford), `finalize`
 (a warp per channel: batch statistics, running update) and `apply` (per-plane: tiles in reverse
 order, so what stats read last is re-read from L2 first; an x that fits in L2 is re-read from L2
-entirely), with the partials and the batch mean/variance in one plan workspace. How each JITConfig
+entirely), with the partials and the batch mean/variance in one plan workspace. Per-plane training
+folds the finalize into the apply (FOLD_FINALIZE: each apply block combines its channel's splits,
+one block per channel updates the running statistics): two launches. How each JITConfig
 field changes the code:
 
     kernel_type               "simple": the flat apply kernel (one element per thread per
@@ -47,6 +49,7 @@ TEMPLATE = "batchnorm.cu.jinja"
 TILE_SIZES = (0, 8, 16, 32, 64, 128)
 DEFAULT_THREADS = 256
 STATS_STEPS = 4   # per-plane stats: loads of NV vectors per thread in one work unit
+FOLD_FINALIZE = True  # per-plane training: the finalize folded into the apply (two launches; NOTES.md 16 v2)
 OPERANDS = ("x", "y", "gamma", "beta", "running_mean", "running_var")
 DEFAULTS = {"gamma": 1.0, "beta": 0.0, "running_mean": 0.0, "running_var": 1.0}
 
@@ -105,17 +108,21 @@ def choices(problem: BatchNormProblem, cfg: ConfigSnapshot, target: Target) -> l
 
 
 def _spec(dtype: np.dtype, kind: str, choice: BatchNormChoice, training: bool = False) -> kernels.KernelSpec:
-    """The apply kernel of `choice` (tiles reversed when training), its stats kernel (per-plane: the same
-    vectors; else scalar), or the finalize kernel."""
+    """The apply kernel of `choice` (tiles reversed when training; per-plane training with FOLD_FINALIZE:
+    the finalize folded in), its stats kernel (per-plane: the same vectors; else scalar), or the finalize
+    kernel."""
     vec, nv, plane = (choice.vec, choice.nv, choice.plane) if kind != "finalize" else (1, 1, False)
     if kind == "stats" and not plane:
         vec, nv = 1, 1
     reverse = int(kind == "apply" and plane and training)
+    fold = reverse and FOLD_FINALIZE
     params = {"kind": kind, "scalar_t": scalar_t(dtype), "unroll": choice.unroll, "VEC": vec, "NV": nv,
               "THREADS": choice.threads, "plane": int(plane), "REVERSE": reverse}
+    if fold:
+        params["FOLD"] = 1
     if kind == "stats" and plane:
         params["SEG"] = stats_segment(choice)
-    tag = {"apply": choice.label + ("r" if reverse else ""), "stats": choice.label if plane else f"t{choice.threads}",
+    tag = {"apply": choice.label + ("r" if reverse else "") + ("f" if fold else ""), "stats": choice.label if plane else f"t{choice.threads}",
            "finalize": f"t{choice.threads}"}[kind]
     name = f"batchnorm_{kind}_{dtype_tag(dtype)}_{tag}" + ("" if choice.unroll else "_nounroll")
     return kernels.make_spec(TEMPLATE, f"batchnorm_{kind}", name, params, choice.opts)
@@ -139,7 +146,7 @@ def stats_splits(problem: BatchNormProblem, choice: BatchNormChoice, target: Tar
 
 def plan(problem: BatchNormProblem, choice: BatchNormChoice, target: Target) -> Plan:
     """Operands x, y, gamma, beta, running_mean, running_var; training adds the workspace (index 6):
-    c * splits * 3 partials, then the batch mean and variance (c each)."""
+    c * splits * 3 partials, then (with a finalize kernel) the batch mean and variance (c each)."""
     dtype = np.dtype(problem.dtype)
     units = "FP32 cores" if dtype == np.float32 else "FP64 cores"
     n, c, hw, threads = problem.n, problem.c, problem.hw, choice.threads
@@ -163,6 +170,11 @@ def plan(problem: BatchNormProblem, choice: BatchNormChoice, target: Target) -> 
     mean, var = ptr(ws, partials), ptr(ws, partials + c * dtype.itemsize)
     stats = KernelLaunch(_spec(dtype, "stats", choice), (c * splits,), (threads,),
                          (ptr(0), ptr(ws), i32(n), i32(c), i64(hw), i32(splits)), units=units)
+    if choice.plane and FOLD_FINALIZE:
+        fold = KernelLaunch(_spec(dtype, "apply", choice, True), (grid,), (threads,),
+                            (ptr(0), ptr(1), ptr(2), ptr(3), ptr(ws), ptr(4), ptr(5), i64(total), i32(c), i64(hw),
+                             scalar(dtype, problem.eps), i32(splits), scalar(dtype, problem.momentum)), units=units)
+        return Plan((stats, fold), OPERANDS, workspace=partials, choice=choice.label)
     finalize = KernelLaunch(_spec(dtype, "finalize", choice), (cdiv(c, threads // 32),), (threads,),
                             (ptr(ws), mean, var, ptr(4), ptr(5), i32(c), i32(splits),
                              scalar(dtype, problem.momentum)), units=units)

@@ -51,14 +51,18 @@ def _tol(dtype, k: int, tf32: bool = False) -> float:
 @pytest.mark.parametrize("dtype, shape", list(_all_shapes()))
 def test_every_shape_compiles_without_spills(arch, dtype, shape):
     target = named(arch)
+    choice = gk.GemmChoice(shape, **gk.pipeline(dtype, shape, target))
     for (ta, tb), aligned in zip(TRANS, (True, False, False, True)):
-        plan = gk.plan(gk.packed(dtype, 1000, 1000, 1000, ta, tb, aligned), gk.GemmChoice(shape), target)
+        plan = gk.plan(gk.packed(dtype, 1000, 1000, 1000, ta, tb, aligned), choice, target)
         (launch,) = plan.launches
         _, info = kernels.build(launch.spec, arch, persistent=False)
         assert info.spill_bytes == 0, f"{launch.spec.name} spills {info.spill_bytes} bytes on {arch}"
-        assert launch.block == (shape.threads, 1, 1) and launch.shared == 0
+        assert launch.block == (shape.threads, 1, 1)
         assert launch.grid == (-(-1000 // shape.bn), -(-1000 // shape.bm), 1)
-        assert shapes.static_smem(shape, dtype, 8) <= shapes.STATIC_SMEM
+        if choice.stages == 1:
+            assert launch.shared == 0 and shapes.static_smem(shape, dtype, 8) <= shapes.STATIC_SMEM
+        else:
+            assert launch.shared == shapes.async_smem(shape, dtype, choice.stages) <= target.smem_per_block
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -144,6 +148,19 @@ def test_every_switch_changes_the_code(dtype, field, value, token):
     assert token in src and src != kernels.source(base) and changed.name != base.name
 
 
+@pytest.mark.parametrize("field, token", [("enable_loop_unroll", '_Pragma("unroll 1")'),
+                                          ("enable_shared_memory_opt", "#define SWIZZLE 0"),
+                                          ("enable_memory_coalescing", "#define VEC 1")])
+def test_every_switch_changes_the_cp_async_kernel(field, token):
+    """float64's default (DMMA on the cp.async pipeline) honours the same switches."""
+    problem = gk.packed("float64", 4096, 4096, 4096)
+    base = gk.FAMILY.default_plan(problem, JITConfig().snapshot(), SM90).specs[0]
+    changed = gk.FAMILY.default_plan(problem, make_config(**{field: False}).snapshot(), SM90).specs[0]
+    assert base.template == changed.template == "gemm_async.cu.jinja"
+    src = kernels.source(changed)
+    assert token in src and token not in kernels.source(base) and changed.name != base.name
+
+
 def test_compile_settings_reach_the_spec_and_tma_needs_a_tma_target():
     """enable_tma picks the TMA (wgmma) kernel on sm_90; sm_80 has no TMA, so there it changes nothing."""
     cfg = make_config(optimization_level="O2", max_registers=255, enable_tma=True).snapshot()
@@ -172,10 +189,25 @@ def test_names_and_auto_tiles_follow_the_targets_sm_count():
 def test_tuning_candidates_are_the_tuned_shapes_of_the_same_kernel():
     problem = gk.packed("float64", 1000, 1000, 1000)
     found = gk.choices(problem, JITConfig().snapshot(), SM90)
-    assert [c.shape for c in found][1:] == [s for s in shapes.TUNED["float64", True] if s != found[0].shape]
-    assert found[0].shape.bm == 64 and len({c.label for c in found}) == len(found) == 3
+    extra = [*shapes.TUNED["float64", True], *shapes.CANDIDATES["float64", True]]
+    assert [c.shape for c in found][1:] == [s for s in extra if s != found[0].shape]
+    assert found[0].shape.bm == 64 and len({c.label for c in found}) == len(found) == 4
     for fields in ({"tile_size": 64}, {"block_size": 256}, {"kernel_type": "simple"}):
         assert len(gk.choices(problem, make_config(**fields).snapshot(), SM90)) == 1
+
+
+def test_float64_takes_128x64_tiles_where_128x128_would_leave_few_waves():
+    """The heuristic's measured rule (gemm_shapes.WIDE): aligned, tile left to it, < 4 waves of 128 x 128."""
+    default = JITConfig().snapshot()
+    first = {(s, aligned): gk.choices(gk.packed("float64", s, s, s, aligned=aligned), default, SM90)[0]
+             for s in (2048, 4096) for aligned in (True, False)}
+    assert first[2048, True].shape == shapes.WIDE["float64", True] and first[2048, True].stages == 4
+    assert {first[4096, True].shape, first[2048, False].shape} == {shapes.TUNED["float64", True][0]}
+    tile = gk.choices(gk.packed("float64", 2048, 2048, 2048), make_config(tile_size=128).snapshot(), SM90)
+    assert [c.shape for c in tile] == [shapes.TUNED["float64", True][0]]
+    # A target with less shared memory gets fewer stages; candidates it cannot hold drop out.
+    small = gk.choices(gk.packed("float64", 4096, 4096, 4096), default, named("sm_86"))
+    assert small[0].stages == 3 and all(c.shape.bk == 16 for c in small)
 
 
 @pytest.mark.parametrize("dtype, fields, message", [
@@ -202,7 +234,7 @@ def test_bad_kernel_type_and_dtype_raise():
         gk.choices(gk.packed("float16", 8, 8, 8), JITConfig().snapshot(), SM90)
 
 
-@pytest.mark.parametrize("field, value", [("stages", 3), ("cluster", (2, 1)), ("raster", "column"), ("split_k", 4)])
+@pytest.mark.parametrize("field, value", [("cluster", (2, 1)), ("split_k", 4)])
 def test_plan_refuses_what_the_template_cannot_build_yet(field, value):
     choice = dataclasses.replace(gk.GemmChoice(shapes.TUNED["float32", False][0]), **{field: value})
     assert f"_{field}" in choice.label
@@ -211,6 +243,54 @@ def test_plan_refuses_what_the_template_cannot_build_yet(field, value):
         gk.plan(gk.packed("float32", 64, 64, 64), choice, SM90)
     with pytest.raises(ValueError, match="cannot build float32 SIMT shape t64x64x8_r3x3: the thread tile 3 x 3"):
         gk.plan(gk.packed("float32", 64, 64, 64), gk.GemmChoice(shapes.Shape(False, 64, 64, 8, 3, 3)), SM90)
+
+
+DMMA128 = shapes.Shape(True, 128, 128, 16, 2, 4)
+
+
+@pytest.mark.parametrize("dtype, shape, fields, message", [
+    ("float32", shapes.TUNED["float32", False][0], {"stages": 3},
+     "stages=3 \\(cp.async\\) is built for the mma.sync kernel only: choose stages=1 for SIMT"),
+    ("float64", DMMA128, {"stages": 5}, "stages=5: choose 1 \\(registers, two buffers\\) or 2..4 \\(cp.async\\)"),
+    ("float32", shapes.Shape(True, 128, 128, 16, 2, 4), {"stages": 3}, "needs BK a power of two of at least 32"),
+    ("float64", shapes.Shape(True, 32, 64, 16, 1, 8), {"stages": 3}, "pairs n8 tiles"),
+    ("float64", shapes.Shape(True, 64, 64, 16, 2, 2, 2), {"stages": 3}, "choose stages=1 for 2 k-groups"),
+    ("float64", DMMA128, {"raster": "column"}, "GEMM raster='column' is not built: choose one of 'row', 'grouped'"),
+])
+def test_pipeline_values_no_kernel_builds_raise_saying_what_to_choose(dtype, shape, fields, message):
+    with pytest.raises(ValueError, match=message):
+        gk.plan(gk.packed(dtype, 64, 64, 64), gk.GemmChoice(shape, **fields), SM90)
+    small = dataclasses.replace(SM90, smem_per_block=80 * 1024)
+    with pytest.raises(ValueError, match="needs 133120 bytes of shared memory; H100 SXM gives a block 81920: "
+                                         "choose stages=2"):
+        gk.plan(gk.packed("float64", 64, 64, 64), gk.GemmChoice(DMMA128, stages=4), small)
+
+
+def test_stages_raster_and_swizzle_change_the_code_and_the_kernel_name():
+    """The cp.async kernel: stages, tile order and the swizzled layout reach the source and the name."""
+    problem = gk.packed("float64", 4096, 4096, 4096)
+    base = gk.plan(problem, gk.GemmChoice(DMMA128, stages=3), SM90).launches[0]
+    assert base.spec.template == "gemm_async.cu.jinja" and base.shared == 3 * 16 * (128 + 128 + 4) * 8
+    src = kernels.source(base.spec)
+    assert "#define STAGES 3" in src and "#define SWIZZLE 1" in src
+    for fields, token in (({"stages": 4}, "#define STAGES 4"), ({"raster": "grouped"}, "in_band"),
+                          ({"pad": False}, "#define SWIZZLE 0")):
+        other = gk.plan(problem, gk.GemmChoice(DMMA128, **{"stages": 3, **fields}), SM90).launches[0].spec
+        assert token in kernels.source(other) and token not in src and other.name != base.spec.name
+    simt = gk.GemmChoice(shapes.TUNED["float32", False][0], raster="grouped")
+    spec = gk.plan(gk.packed("float32", 4096, 4096, 4096), simt, SM90).launches[0].spec
+    assert spec.template == "gemm.cu.jinja" and "in_band" in kernels.source(spec) and spec.name.endswith("_grouped")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_async_variants_compile_without_spills(arch):
+    """The cp.async kernel's other variants (the defaults compile above): TF32, plain layout + grouped order."""
+    for dtype, shape, fields, (ta, tb, aligned) in (
+            ("float32", shapes.Shape(True, 128, 128, 32, 2, 4), {"stages": 3}, (False, False, True)),
+            ("float64", DMMA128, {"stages": 2, "pad": False, "raster": "grouped"}, (True, False, False))):
+        plan = gk.plan(gk.packed(dtype, 1000, 1000, 1000, ta, tb, aligned), gk.GemmChoice(shape, **fields), named(arch))
+        _, info = kernels.build(plan.launches[0].spec, arch, persistent=False)
+        assert info.spill_bytes == 0, f"{plan.launches[0].spec.name} spills {info.spill_bytes} bytes on {arch}"
 
 
 def test_a_choice_may_have_bm_unequal_bn():
@@ -358,8 +438,34 @@ def test_every_shape_on_gpu(rng, dtype, shape):
             _run(rng, dt, m, n, k, ta, tb, beta=beta, tf32=tf32, choice=gk.GemmChoice(shape))
             continue
         profile = _run(rng, dt, m, n, k, ta, tb, beta=beta, config=cfg, tf32=tf32)
-        assert profile.plan_choice == shape.label and f"_{shape.layout}_" in profile.kernel_name
+        label = gk.GemmChoice(shape, **gk.pipeline(dtype, shape, cuopjit.target.of_device(0))).label
+        assert profile.plan_choice == label and f"_{shape.layout}_" in profile.kernel_name
         assert profile.units == gk.UNITS[dtype, shape.mma]
+
+
+ASYNC_CASES = [  # (dtype, shape, choice fields): every depth, both tile orders, the plain layout, TF32
+    ("float64", DMMA128, {"stages": 2}),
+    ("float64", DMMA128, {"stages": 3, "raster": "grouped"}),
+    ("float64", shapes.Shape(True, 128, 64, 16, 2, 2), {"stages": 4, "pad": False}),
+    ("float64", shapes.Shape(True, 32, 32, 16, 2, 1), {"stages": 4, "unroll": False}),
+    ("float32", shapes.Shape(True, 128, 128, 32, 2, 4), {"stages": 3, "raster": "grouped"}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, shape, fields", ASYNC_CASES, ids=lambda v: v if isinstance(v, str) else None)
+def test_async_pipeline_on_gpu(rng, dtype, shape, fields):
+    """The cp.async kernel against float64 NumPy: sizes 1, 7, 33, 1000 and 4097-wide, K not a multiple of
+    BK x stages, all four transposes, alpha/beta, unaligned rows (4-/8-byte copies), C poisoned with NaN."""
+    dt = np.dtype(dtype).type
+    choice = gk.GemmChoice(shape, **fields)
+    tf32 = "trunc" if dtype == "float32" else False   # the tensor cores read the top 19 bits of each float
+    for (m, n, k), (ta, tb), (alpha, beta) in zip(
+            ((1, 1, 1), (7, 7, 7), (33, 33, 33), (1000, 1000, 1000), (33, 4097, 1000), (257, 263, 129),
+             (130, 70, 67), (64, 96, 200)),
+            TRANS * 2, ((1.0, 0.0), (0.5, -1.5), (1.0, 0.0), (-2.0, 1.0), (1.0, 0.0), (0.0, 2.0), (1.5, 0.5),
+                        (1.0, 0.0))):
+        _run(rng, dt, m, n, k, ta, tb, alpha=alpha, beta=beta, tf32=tf32, choice=choice)
 
 
 @pytest.mark.gpu

@@ -1,11 +1,17 @@
-"""The GEMM family: C = alpha * op(A) @ op(B) + beta * C, row-major (templates/gemm.cu.jinja).
+"""The GEMM family: C = alpha * op(A) @ op(B) + beta * C, row-major (templates/gemm.cu.jinja,
+gemm_async.cu.jinja).
 
-One template gives two kernels: the register-tiled SIMT kernel and an mma.sync tensor-core kernel
-(float32 as TF32, relative error ~3e-4; float64 as DMMA, exact FP64 FMAs). Shapes are in
-gemm_shapes.py. On sm_90 targets float32 tensor-core work goes to the wgmma kernel instead
-(gemm_wgmma.py: TMA, warp-specialised, persistent; TF32 or 3xTF32) wherever it takes the problem
-(aligned, not A^T @ B, not batched, K > 0) and the config's tile_size / block_size are ones it
-builds; `uses_wgmma` is the rule. How each JITConfig field changes the code:
+gemm.cu.jinja gives two kernels: the register-tiled SIMT kernel and an mma.sync tensor-core kernel
+(float32 as TF32, relative error ~3e-4; float64 as DMMA, exact FP64 FMAs), both staging the next
+k-tile through registers into the second of two shared buffers (GemmChoice.stages = 1).
+gemm_async.cu.jinja is the mma.sync kernel fed by a cp.async pipeline of stages = 2..4 k-tiles
+(16-byte copies where aligned, conflict-free pair fragment reads, swizzled k-major tiles); it is
+float64's default (gemm_shapes.STAGES). GemmChoice.raster "grouped" walks the block tiles in
+bands of 8 tile rows (both templates). Shapes are in gemm_shapes.py. On sm_90 targets float32
+tensor-core work goes to the wgmma kernel instead (gemm_wgmma.py: TMA, warp-specialised,
+persistent; TF32 or 3xTF32) wherever it takes the problem (aligned, not A^T @ B, batch strides in
+16-byte steps, K > 0) and the config's tile_size / block_size are ones it builds; `uses_wgmma` is the
+rule. How each JITConfig field changes the code:
 
     kernel_type     "auto": float64 -> DMMA mma.sync; float32 -> SIMT, or TF32 mma.sync with
                     enable_tensor_core=True. "tiled": SIMT, or mma.sync (TF32 / DMMA) with
@@ -27,8 +33,11 @@ builds; `uses_wgmma` is the rule. How each JITConfig field changes the code:
     precision                 "3xtf32": the wgmma kernel's split-operand mode; float32 elsewhere runs
                               the exact SIMT kernel; float64 raises
     enable_loop_unroll        `#pragma unroll` vs `unroll 1` on the k-loop inside a shared-memory tile
+                              (the cp.async kernel: its mma k-steps)
     enable_memory_coalescing  16-byte global loads/stores (where `aligned` allows) vs scalar accesses
-    enable_shared_memory_opt  shared-memory row padding (bank-conflict-free transposed stores) on/off
+                              (the cp.async kernel: 16-byte vs 4-/8-byte copies)
+    enable_shared_memory_opt  shared-memory row padding (bank-conflict-free transposed stores) on/off;
+                              in the cp.async kernel the swizzled / padded tiles vs plain rows
 optimization_level and max_registers reach NVRTC. With tile_size and block_size both 0 (and not
 "simple"), the other hand-tuned shapes of the same kernel are auto-tuning candidates.
 """
@@ -52,12 +61,13 @@ KERNEL_TYPES = ("auto", "simple", "tiled", "warp_optimized", "tensor_core")
 _PAD = {("float32", False): 4, ("float64", False): 2, ("float32", True): 8, ("float64", True): 4}
 UNITS = {("float32", False): "FP32 cores (SIMT)", ("float64", False): "FP64 cores (SIMT)",
          ("float32", True): "TF32 tensor cores (mma.sync)", ("float64", True): "FP64 tensor cores (DMMA mma.sync)"}
-# Choice fields for what the template cannot build yet: (field, the only value it builds, what it does).
-_BUILT = (("stages", 1, "one stage: the next k-tile goes through registers into the second of two "
-                        "shared-memory buffers"),
-          ("cluster", (1, 1), "no thread-block clusters"),
-          ("raster", "row", "block tiles in row-major order"),
+ASYNC_TEMPLATE = "gemm_async.cu.jinja"
+RASTERS = ("row", "grouped")
+# Choice fields for what the templates cannot build yet: (field, the only value they build, what it does).
+_BUILT = (("cluster", (1, 1), "no thread-block clusters"),
           ("split_k", 1, "one block per output tile, no split-K"))
+# Label spellings of the pipeline fields away from their defaults.
+_PIPELINE = (("stages", 1), ("raster", "row"), ("cluster", (1, 1)), ("split_k", 1))
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,7 @@ class GemmChoice:
 
     @property
     def label(self) -> str:
-        pipeline = "".join(f"_{f}{_spell(getattr(self, f))}" for f, built, _ in _BUILT if getattr(self, f) != built)
+        pipeline = "".join(f"_{f}{_spell(getattr(self, f))}" for f, plain in _PIPELINE if getattr(self, f) != plain)
         return (self.shape.label + pipeline + ("" if self.coalesce else "_scalar")
                 + ("" if self.pad else "_nopad") + ("" if self.unroll else "_nounroll"))
 
@@ -187,10 +197,23 @@ def choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list:
                          f"{', '.join(map(str, valid))} (0 = {shapes.default_threads(problem.dtype, mma, tile)})")
     found = [first]
     if not cfg.tile_size and not cfg.block_size and cfg.kernel_type != "simple":
-        found += [s for s in shapes.TUNED[problem.dtype, mma] if s != first]
+        wide = shapes.WIDE.get((problem.dtype, mma))
+        tiles = cdiv(problem.m, first.bm) * cdiv(problem.n, first.bn) * problem.batch
+        if wide and first.bm == wide.bm and problem.aligned and tiles < shapes.WIDE_WAVES * target.sm_count:
+            found = [wide]
+        found += [s for s in (*shapes.TUNED[problem.dtype, mma], *shapes.CANDIDATES.get((problem.dtype, mma), ()))
+                  if s not in found]
     switches = {"pad": cfg.enable_shared_memory_opt, "unroll": cfg.enable_loop_unroll,
                 "coalesce": cfg.enable_memory_coalescing, "opts": kernels.compile_opts(cfg)}
-    return [GemmChoice(s, **switches) for s in found]
+    made = [GemmChoice(s, **pipeline(problem.dtype, s, target), **switches) for s in found]
+    # Tuning candidates this target cannot hold (shared memory) drop out; the first choice always stays.
+    return made[:1] + [c for c in made[1:] if shapes.why_not(c.shape, problem.dtype, c.stages) is None]
+
+
+def pipeline(dtype: str, s: shapes.Shape, target: Target) -> dict:
+    """The heuristic's stages and tile order for shape `s` (gemm_shapes.STAGES, RASTER; measured on the H100)."""
+    stages = shapes.default_stages(dtype, s, target.smem_per_block)
+    return {"stages": stages, "raster": shapes.RASTER[dtype, s.mma]}
 
 
 def plan(problem: GemmProblem, choice, target: Target) -> Plan:
@@ -201,36 +224,51 @@ def plan(problem: GemmProblem, choice, target: Target) -> Plan:
         if getattr(choice, field) != built:
             raise ValueError(f"GEMM {field}={getattr(choice, field)!r} cannot be built yet (templates/gemm.cu.jinja "
                              f"has {what}): use {field}={built!r}")
+    if choice.raster not in RASTERS:
+        raise ValueError(f"GEMM raster={choice.raster!r} is not built: choose one of {', '.join(map(repr, RASTERS))}")
     s, name = choice.shape, problem.dtype
-    reason = shapes.why_not(s, name)
+    reason = shapes.why_not(s, name, choice.stages)
     if reason:
         raise ValueError(f"GEMM cannot build {_kind(name, s.mma)} shape {s.label}: {reason}")
     dtype = np.dtype(name)
     r = vector_width(dtype)
     vec = r if (choice.coalesce and problem.aligned) else 1
-    pad = _PAD[name, s.mma] if choice.pad else 0
     params = {
-        "scalar_t": scalar_t(dtype), "unroll": choice.unroll, "mma": s.mma,
-        "BM": s.bm, "BN": s.bn, "BK": s.bk, "R": r, "VEC": vec, "PAD": pad,
-        "trans_a": problem.trans_a, "trans_b": problem.trans_b,
-        # Two blocks per SM (a 128-register cap) for float32 at 256 threads, tuned on the H100
-        # (the template applies it on sm_90+ only); never above 256 threads, where it would cap at 64.
-        "min_blocks": 2 if name == "float32" and s.threads == 256 and (vec > 1 or s.mma) else 1,
+        "scalar_t": scalar_t(dtype), "unroll": choice.unroll,
+        "BM": s.bm, "BN": s.bn, "BK": s.bk, "R": r, "VEC": vec,
+        "trans_a": problem.trans_a, "trans_b": problem.trans_b, "raster": choice.raster,
     }
-    params.update({"WARPS_M": s.tm, "WARPS_N": s.tn, "WARPS_K": s.wk} if s.mma else {"TM": s.tm, "TN": s.tn})
-    batched = problem.batch > 1
-    if batched:
+    if problem.batch > 1:
         params["batched"] = True
     ops = ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
     kind = f"{'tf32' if name == 'float32' else 'dmma'}_{s.layout}" if s.mma else s.layout
-    readable = (f"gemm_{dtype_tag(dtype)}_t{s.bm}x{s.bn}x{s.bk}_{kind}_{ops}_v{vec}"
-                + ("" if pad else "_nopad") + ("" if choice.unroll else "_nounroll") + ("_batched" if batched else ""))
-    spec = kernels.make_spec(TEMPLATE, "gemm", readable, params, choice.opts)
-    return Plan((launch(problem, spec, s, (ptr(0), ptr(1), ptr(2))),), ("a", "b", "c"), choice=choice.label)
+    depth = f"_s{choice.stages}" if choice.stages > 1 else ""
+    readable = (f"gemm_{dtype_tag(dtype)}_t{s.bm}x{s.bn}x{s.bk}_{kind}{depth}_{ops}_v{vec}"
+                + ("" if choice.pad else "_nopad") + ("" if choice.unroll else "_nounroll")
+                + ("" if choice.raster == "row" else f"_{choice.raster}") + ("_batched" if problem.batch > 1 else ""))
+    shared = 0
+    if choice.stages > 1:
+        shared = shapes.async_smem(s, name, choice.stages)
+        if shared > target.smem_per_block:
+            raise ValueError(f"GEMM stages={choice.stages} of shape {s.label} needs {shared} bytes of shared memory; "
+                             f"{target.name} gives a block {target.smem_per_block}: choose stages="
+                             f"{shapes.default_stages(name, s, target.smem_per_block)}")
+        params.update({"WARPS_M": s.tm, "WARPS_N": s.tn, "STAGES": choice.stages, "SWIZZLE": choice.pad})
+        spec = kernels.make_spec(ASYNC_TEMPLATE, "gemm", readable, params, choice.opts)
+    else:
+        params.update({"mma": s.mma, "PAD": _PAD[name, s.mma] if choice.pad else 0})
+        # Two blocks per SM (a 128-register cap) for float32 at 256 threads, tuned on the H100
+        # (the template applies it on sm_90+ only); never above 256 threads, where it would cap at 64.
+        params["min_blocks"] = 2 if name == "float32" and s.threads == 256 and (vec > 1 or s.mma) else 1
+        params.update({"WARPS_M": s.tm, "WARPS_N": s.tn, "WARPS_K": s.wk} if s.mma else {"TM": s.tm, "TN": s.tn})
+        spec = kernels.make_spec(TEMPLATE, "gemm", readable, params, choice.opts)
+    return Plan((launch(problem, spec, s, (ptr(0), ptr(1), ptr(2)), shared),), ("a", "b", "c"), choice=choice.label)
 
 
-def launch(problem: GemmProblem, spec: kernels.KernelSpec, s: shapes.Shape, pointers: tuple) -> KernelLaunch:
-    """The launch of `spec` (planned for `problem`) on A, B, C = `pointers`: batches past 65535 (grid z) go to x."""
+def launch(problem: GemmProblem, spec: kernels.KernelSpec, s: shapes.Shape, pointers: tuple,
+           shared: int = 0) -> KernelLaunch:
+    """The launch of `spec` (planned for `problem`) on A, B, C = `pointers`: batches past 65535 (grid z) go to x.
+    `shared`: dynamic shared memory (the cp.async kernel's stages)."""
     dtype = np.dtype(problem.dtype)
     args = (*pointers, i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
             i32(problem.ldb), i32(problem.ldc), scalar(dtype, problem.alpha), scalar(dtype, problem.beta))
@@ -240,7 +278,7 @@ def launch(problem: GemmProblem, spec: kernels.KernelSpec, s: shapes.Shape, poin
         args += (i64(problem.stride_a), i64(problem.stride_b), i64(problem.stride_c), i32(problem.batch),
                  i32(tiles_n))
     grid = (tiles_n * cdiv(problem.batch, grid_z), cdiv(problem.m, s.bm), grid_z)
-    return KernelLaunch(spec, grid, (s.threads,), args, units=UNITS[problem.dtype, s.mma])
+    return KernelLaunch(spec, grid, (s.threads,), args, shared=shared, units=UNITS[problem.dtype, s.mma])
 
 
 # The old specs() shapes: large and small square problems (aligned), odd ones (unaligned).

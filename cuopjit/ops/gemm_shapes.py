@@ -4,8 +4,9 @@ A shape is the block tile BM x BN x BK and how a block's threads cover it: the S
 thread tile TM x TN (each thread keeps TM x TN outputs in registers) or the mma.sync kernel's
 warp layout WARPS_M x WARPS_N, times WARPS_K k-groups when a block has more warps than m16n8
 warp tiles. The hand-tuned shapes (measured on the H100) come first; any other (tile, threads)
-pair is derived by rule and checked by `why_not`, which states the template's own constraints
-(its static_asserts).
+pair is derived by rule and checked by `why_not`, which states the templates' own constraints
+(their static_asserts) for a pipeline depth: stages 1 (gemm.cu.jinja, static shared memory) or
+2..4 (gemm_async.cu.jinja, mma.sync only, dynamic shared memory; `default_stages` is the heuristic).
 """
 from __future__ import annotations
 
@@ -86,11 +87,36 @@ TUNED: dict[tuple[str, bool], tuple[Shape, ...]] = {
     ),
     # Tensor-core (mma.sync) kernels: float32 as TF32 m16n8k8, float64 as DMMA m16n8k8 (4x m8n8k4 before sm_90).
     ("float32", True): (Shape(True, 128, 128, 16, 2, 4), Shape(True, 64, 64, 16, 2, 2), Shape(True, 32, 32, 16, 2, 1)),
-    ("float64", True): (Shape(True, 128, 128, 8, 2, 4), Shape(True, 64, 64, 16, 2, 2), Shape(True, 32, 32, 16, 2, 1)),
+    ("float64", True): (Shape(True, 128, 128, 16, 2, 4), Shape(True, 64, 64, 16, 2, 2), Shape(True, 32, 32, 16, 2, 1)),
 }
+# float64 DMMA with the tile left to the heuristic, aligned operands: 128 x 64 blocks (two per SM) where
+# 128 x 128 tiles would give the SMs fewer than WIDE_WAVES waves (H100, 2048^3: 44.4 against 38.5 TFLOP/s;
+# 4096^3: 41.9 against 41.5). Not a tile_size: tile_size=128 keeps BM = BN = 128.
+WIDE = {("float64", True): Shape(True, 128, 64, 16, 2, 2)}
+WIDE_WAVES = 4
+# Auto-tuning candidates beyond TUNED and WIDE (no tile_size / block_size maps to them): float64 BK 32
+# (half the barriers; 43.1 TFLOP/s at 4096^3 with m16n8k16, spilling; the m16n8k8 build does not spill).
+CANDIDATES = {("float64", True): (Shape(True, 128, 128, 32, 2, 4),)}
+# Default pipeline depth per kind: 1 is gemm.cu.jinja (registers -> two shared buffers); 2..4 is
+# gemm_async.cu.jinja (cp.async stages; mma.sync only). A shape the deeper pipeline cannot build keeps 1.
+STAGES = {("float32", False): 1, ("float64", False): 1, ("float32", True): 1, ("float64", True): 4}
+MAX_STAGES = 4
+# Default block tile order per kind: "row" (row-major) or "grouped" (bands of 8 tile rows walked by column).
+RASTER = {("float32", False): "row", ("float64", False): "row", ("float32", True): "row", ("float64", True): "row"}
+ASYNC_SMEM = 99 * 1024                 # dynamic shared memory every supported target gives one block
+MAX_ASYNC_SMEM = 227 * 1024            # the most any target gives one block (sm_90, sm_100)
 # Default block size of a tile no hand-tuned shape has: the textbook 16 x 16 threads, one output
 # each (SIMT), or two warps with one m16n8 tile each (mma).
 _NEW_TILE_THREADS = {False: 256, True: 64}
+
+
+def default_stages(dtype: str, s: Shape, smem_per_block: int = ASYNC_SMEM) -> int:
+    """The pipeline depth `s` runs with: the kind's default where the cp.async kernel builds it in
+    `smem_per_block` bytes (fewer stages where only those fit), else 1."""
+    for stages in range(STAGES[dtype, s.mma], 1, -1):
+        if why_not(s, dtype, stages) is None and async_smem(s, dtype, stages) <= smem_per_block:
+            return stages
+    return 1
 
 
 def default_threads(dtype: str, mma: bool, tile: int) -> int:
@@ -104,7 +130,7 @@ def shape(dtype: str, mma: bool, tile: int, threads: int) -> Shape | None:
         if s.bm == tile and s.threads == threads:
             return s
     derived = _derive_mma(dtype, tile, threads) if mma else _derive_simt(dtype, tile, threads)
-    return derived if derived is not None and why_not(derived, dtype) is None else None
+    return derived if derived is not None and why_not(derived, dtype, default_stages(dtype, derived)) is None else None
 
 
 def valid_threads(dtype: str, mma: bool, tile: int) -> list[int]:
@@ -141,9 +167,9 @@ def _derive_mma(dtype: str, tile: int, threads: int) -> Shape | None:
             return None
     if (tile // wm // 16) * (tile // wn // 8) * 4 > _max_acc(dtype, threads):
         return None
-    for bk in dict.fromkeys((max(16, 8 * wk), 8 * wk)):   # BK 16, or one k-step per k-group where 16 is too big
+    for bk in dict.fromkeys((max(16, 8 * wk), 8 * wk, 8)):   # BK 16, else one k-step per k-group, else 8
         candidate = Shape(True, tile, tile, bk, wm, wn, wk)
-        if why_not(candidate, dtype) is None:
+        if why_not(candidate, dtype, default_stages(dtype, candidate)) is None:
             return candidate
     return None
 
@@ -155,9 +181,17 @@ def static_smem(s: Shape, dtype: str, pad: int) -> int:
     return size * (tiles + (s.bm * s.bn if s.mma and s.wk > 1 else 0))
 
 
-def why_not(s: Shape, dtype: str) -> str | None:
-    """Why the template cannot build `s` for `dtype` (None: it can)."""
+def async_smem(s: Shape, dtype: str, stages: int) -> int:
+    """Bytes of dynamic shared memory of the cp.async kernel: `stages` A and B tiles (16-byte row padding)."""
     r = 16 // np.dtype(dtype).itemsize
+    return stages * np.dtype(dtype).itemsize * s.bk * (s.bm + s.bn + 2 * r)
+
+
+def why_not(s: Shape, dtype: str, stages: int = 1) -> str | None:
+    """Why the templates cannot build `s` for `dtype` with a `stages`-deep pipeline (None: they can)."""
+    r = 16 // np.dtype(dtype).itemsize
+    if stages != 1:
+        return _why_not_async(s, dtype, stages, r)
     if min(s.bm, s.bn, s.bk, s.tm, s.tn, s.wk) < 1:
         return "every tile and layout extent must be at least 1"
     if s.mma:
@@ -179,6 +213,33 @@ def why_not(s: Shape, dtype: str) -> str | None:
         runs = rows * cols // r
         if cols % r or (runs >= threads and (runs % threads or threads % (cols // r))):
             return f"{threads} threads cannot share out a {rows} x {cols} tile in runs of {r}"
-    if static_smem(s, dtype, 8) > STATIC_SMEM:
+    if stages == 1 and static_smem(s, dtype, 8) > STATIC_SMEM:
         return f"{static_smem(s, dtype, 8)} bytes of shared memory (static shared memory is at most {STATIC_SMEM})"
+    return None
+
+
+def _why_not_async(s: Shape, dtype: str, stages: int, r: int) -> str | None:
+    """The cp.async kernel's own constraints (its static_asserts); the rest is the common thread layout."""
+    if not 2 <= stages <= MAX_STAGES:
+        return f"stages={stages}: choose 1 (registers, two buffers) or 2..{MAX_STAGES} (cp.async)"
+    if not s.mma:
+        return f"stages={stages} (cp.async) is built for the mma.sync kernel only: choose stages=1 for SIMT"
+    if s.wk != 1:
+        return f"stages={stages} has no k-groups: choose stages=1 for {s.wk} k-groups"
+    if min(s.bm, s.bn, s.tm, s.tn) < 1 or s.bm % (16 * s.tm) or s.bn % (8 * s.tn):
+        return f"WARPS_M x WARPS_N = {s.tm} x {s.tn} does not cover {s.bm} x {s.bn} with m16n8 warp tiles"
+    if s.threads > 256:
+        return (f"stages={stages} holds a k-step of 16 in fragment registers: at most 256 threads (255 registers "
+                f"each), not {s.threads}; choose stages=1")
+    if s.bk < 8 * r or s.bk & (s.bk - 1):
+        return f"stages={stages} needs BK a power of two of at least {8 * r} ({dtype}: 128-byte k-major rows)"
+    for rows, cols in ((s.bm, s.bk), (s.bk, s.bm), (s.bk, s.bn), (s.bn, s.bk)):
+        for vec in (1, r):
+            per_row = cols // vec
+            if s.threads % per_row or rows % (s.threads // per_row):
+                return f"{s.threads} threads cannot copy a {rows} x {cols} tile in whole rows of {vec}-scalar copies"
+    if (s.bn // s.tn // 8) % 2:
+        return f"stages={stages} pairs n8 tiles: the warp tile needs an even number of them (BN / WARPS_N = 16·j)"
+    if async_smem(s, dtype, stages) > MAX_ASYNC_SMEM:
+        return f"{async_smem(s, dtype, stages)} bytes of shared memory over {stages} stages (at most {MAX_ASYNC_SMEM})"
     return None

@@ -28,13 +28,18 @@ def run(plan, buffers: list[np.ndarray], itemsize: int) -> None:
 def _gemm(params, kl, v, bufs) -> None:
     (ia, oa), (ib, ob), (ic, oc), m, n, k, lda, ldb, ldc, alpha, beta = v[:11]
     batch, sa, sb, sc = (v[14], v[11], v[12], v[13]) if params.get("batched") else (1, 0, 0, 0)
+    swap = params.get("swap", False)   # the kernel trades A and B (and M, N) and writes its product transposed
     for z in range(batch):
-        a = _view(bufs[ia], oa + z * sa, *((k, m) if params["trans_a"] else (m, k)), lda)
-        b = _view(bufs[ib], ob + z * sb, *((n, k) if params["trans_b"] else (k, n)), ldb)
+        pa, pb, rows, cols = (ia, oa + z * sa, lda), (ib, ob + z * sb, ldb), m, n
+        if swap:
+            pa, pb, rows, cols = pb, pa, n, m
+        a = _view(bufs[pa[0]], pa[1], *((k, rows) if params["trans_a"] else (rows, k)), pa[2])
+        b = _view(bufs[pb[0]], pb[1], *((cols, k) if params["trans_b"] else (k, cols)), pb[2])
         a = a.T if params["trans_a"] else a
         b = b.T if params["trans_b"] else b
+        product = a @ b
         c = _view(bufs[ic], oc + z * sc, m, n, ldc)
-        out = alpha * (a @ b) + (beta * c if beta else 0.0)
+        out = alpha * (product.T if swap else product) + (beta * c if beta else 0.0)
         c[...] = out
 
 

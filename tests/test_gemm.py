@@ -196,18 +196,42 @@ def test_tuning_candidates_are_the_tuned_shapes_of_the_same_kernel():
         assert len(gk.choices(problem, make_config(**fields).snapshot(), SM90)) == 1
 
 
-def test_float64_takes_128x64_tiles_where_128x128_would_leave_few_waves():
-    """The heuristic's measured rule (gemm_shapes.WIDE): aligned, tile left to it, < 4 waves of 128 x 128."""
+def test_float64_takes_128x64_tiles_where_the_heuristic_would_take_128x128_on_aligned_operands():
+    """The heuristic's measured rule (gemm_shapes.WIDE): aligned, tile left to it; 128 x 128 stays a candidate."""
     default = JITConfig().snapshot()
-    first = {(s, aligned): gk.choices(gk.packed("float64", s, s, s, aligned=aligned), default, SM90)[0]
-             for s in (2048, 4096) for aligned in (True, False)}
-    assert first[2048, True].shape == shapes.WIDE["float64", True] and first[2048, True].stages == 4
-    assert {first[4096, True].shape, first[2048, False].shape} == {shapes.TUNED["float64", True][0]}
+    made = {(s, aligned): gk.choices(gk.packed("float64", s, s, s, aligned=aligned), default, SM90)
+            for s in (2048, 4096) for aligned in (True, False)}
+    for s in (2048, 4096):
+        assert made[s, True][0].shape == shapes.WIDE["float64", True] and made[s, True][0].stages == 4
+        assert made[s, True][1].shape == shapes.TUNED["float64", True][0]
+        assert made[s, False][0].shape == shapes.TUNED["float64", True][0]
     tile = gk.choices(gk.packed("float64", 2048, 2048, 2048), make_config(tile_size=128).snapshot(), SM90)
     assert [c.shape for c in tile] == [shapes.TUNED["float64", True][0]]
     # A target with less shared memory gets fewer stages; candidates it cannot hold drop out.
     small = gk.choices(gk.packed("float64", 4096, 4096, 4096), default, named("sm_86"))
-    assert small[0].stages == 3 and all(c.shape.bk == 16 for c in small)
+    assert [c.stages for c in small[:2]] == [4, 3] and all(c.shape.bk == 16 for c in small)   # 128 x 64, 128 x 128
+
+
+def test_float64_a_at_b_runs_as_c_transposed_on_the_cp_async_kernel():
+    """Aligned float64 A @ B runs as C^T = B^T A^T (both operands read as stored transposed: the DMMA layout
+    that holds the fewest registers), its block tiles over (n, m); other layouts, unaligned operands and
+    float32 run as they are."""
+    default = JITConfig().snapshot()
+
+    def first(dtype, m, n, k, ta=False, tb=False, aligned=True):
+        p = gk.packed(dtype, m, n, k, ta, tb, aligned)
+        return gk.plan(p, gk.choices(p, default, SM90)[0], SM90).launches[0]
+
+    swap = first("float64", 300, 1000, 77)
+    params = dict(swap.spec.params)
+    assert params["swap"] and params["trans_a"] and params["trans_b"] and swap.spec.name.endswith("_nn_v2_swap")
+    assert swap.grid[:2] == (-(-300 // params["BN"]), -(-1000 // params["BM"]))
+    assert "A = B; B = t_;" in kernels.source(swap.spec)
+    for other in (first("float64", 300, 1000, 77, ta=True), first("float64", 300, 1000, 77, tb=True),
+                  first("float64", 301, 1001, 77, aligned=False), first("float32", 300, 1000, 77),
+                  first("float32", 300, 1000, 77, aligned=False)):
+        assert "swap" not in dict(other.spec.params), other.spec.name
+        assert "A = B; B = t_;" not in kernels.source(other.spec)
 
 
 @pytest.mark.parametrize("dtype, fields, message", [

@@ -6,7 +6,8 @@ gemm.cu.jinja gives two kernels: the register-tiled SIMT kernel and an mma.sync 
 k-tile through registers into the second of two shared buffers (GemmChoice.stages = 1).
 gemm_async.cu.jinja is the mma.sync kernel fed by a cp.async pipeline of stages = 2..4 k-tiles
 (16-byte copies where aligned, conflict-free pair fragment reads, swizzled k-major tiles); it is
-float64's default (gemm_shapes.STAGES). GemmChoice.raster "grouped" walks the block tiles in
+float64's default (gemm_shapes.STAGES), where an aligned A @ B runs as C^T = B^T @ A^T (`swapped`).
+GemmChoice.raster "grouped" walks the block tiles in
 bands of 8 tile rows (both templates). Shapes are in gemm_shapes.py. On sm_90 targets float32
 tensor-core work goes to the wgmma kernel instead (gemm_wgmma.py: TMA, warp-specialised,
 persistent; TF32 or 3xTF32) wherever it takes the problem (aligned, not A^T @ B, batch strides in
@@ -198,9 +199,8 @@ def choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list:
     found = [first]
     if not cfg.tile_size and not cfg.block_size and cfg.kernel_type != "simple":
         wide = shapes.WIDE.get((problem.dtype, mma))
-        tiles = cdiv(problem.m, first.bm) * cdiv(problem.n, first.bn) * problem.batch
-        if wide and first.bm == wide.bm and problem.aligned and tiles < shapes.WIDE_WAVES * target.sm_count:
-            found = [wide]
+        if wide and first.bm == wide.bm and problem.aligned:
+            found = [wide, first]
         found += [s for s in (*shapes.TUNED[problem.dtype, mma], *shapes.CANDIDATES.get((problem.dtype, mma), ()))
                   if s not in found]
     switches = {"pad": cfg.enable_shared_memory_opt, "unroll": cfg.enable_loop_unroll,
@@ -233,11 +233,14 @@ def plan(problem: GemmProblem, choice, target: Target) -> Plan:
     dtype = np.dtype(name)
     r = vector_width(dtype)
     vec = r if (choice.coalesce and problem.aligned) else 1
+    swap = swapped(problem, choice, vec)
     params = {
         "scalar_t": scalar_t(dtype), "unroll": choice.unroll,
         "BM": s.bm, "BN": s.bn, "BK": s.bk, "R": r, "VEC": vec,
-        "trans_a": problem.trans_a, "trans_b": problem.trans_b, "raster": choice.raster,
+        "trans_a": problem.trans_a or swap, "trans_b": problem.trans_b or swap, "raster": choice.raster,
     }
+    if swap:
+        params["swap"] = True
     if problem.batch > 1:
         params["batched"] = True
     ops = ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
@@ -245,7 +248,8 @@ def plan(problem: GemmProblem, choice, target: Target) -> Plan:
     depth = f"_s{choice.stages}" if choice.stages > 1 else ""
     readable = (f"gemm_{dtype_tag(dtype)}_t{s.bm}x{s.bn}x{s.bk}_{kind}{depth}_{ops}_v{vec}"
                 + ("" if choice.pad else "_nopad") + ("" if choice.unroll else "_nounroll")
-                + ("" if choice.raster == "row" else f"_{choice.raster}") + ("_batched" if problem.batch > 1 else ""))
+                + ("" if choice.raster == "row" else f"_{choice.raster}") + ("_swap" if swap else "")
+                + ("_batched" if problem.batch > 1 else ""))
     shared = 0
     if choice.stages > 1:
         shared = shapes.async_smem(s, name, choice.stages)
@@ -262,22 +266,32 @@ def plan(problem: GemmProblem, choice, target: Target) -> Plan:
         params["min_blocks"] = 2 if name == "float32" and s.threads == 256 and (vec > 1 or s.mma) else 1
         params.update({"WARPS_M": s.tm, "WARPS_N": s.tn, "WARPS_K": s.wk} if s.mma else {"TM": s.tm, "TN": s.tn})
         spec = kernels.make_spec(TEMPLATE, "gemm", readable, params, choice.opts)
-    return Plan((launch(problem, spec, s, (ptr(0), ptr(1), ptr(2)), shared),), ("a", "b", "c"), choice=choice.label)
+    return Plan((launch(problem, spec, s, (ptr(0), ptr(1), ptr(2)), shared, swap),), ("a", "b", "c"),
+                choice=choice.label)
+
+
+def swapped(problem: GemmProblem, choice: GemmChoice, vec: int) -> bool:
+    """Whether the cp.async DMMA kernel runs an aligned float64 A @ B as C^T = B^T @ A^T (gemm_async.cu.jinja
+    `swap`): its both-transposed layout holds fewer live registers (H100 4096³: 47.1 against 41.6 TFLOP/s)."""
+    return (choice.stages > 1 and choice.shape.mma and problem.dtype == "float64" and vec > 1
+            and not problem.trans_a and not problem.trans_b)
 
 
 def launch(problem: GemmProblem, spec: kernels.KernelSpec, s: shapes.Shape, pointers: tuple,
-           shared: int = 0) -> KernelLaunch:
+           shared: int = 0, swap: bool = False) -> KernelLaunch:
     """The launch of `spec` (planned for `problem`) on A, B, C = `pointers`: batches past 65535 (grid z) go to x.
-    `shared`: dynamic shared memory (the cp.async kernel's stages)."""
+    `shared`: dynamic shared memory (the cp.async kernel's stages); `swap`: the kernel computes C^T, so its
+    block tiles run over (n, m)."""
     dtype = np.dtype(problem.dtype)
     args = (*pointers, i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
             i32(problem.ldb), i32(problem.ldc), scalar(dtype, problem.alpha), scalar(dtype, problem.beta))
-    tiles_n, grid_z = cdiv(problem.n, s.bn), 1
+    rows, cols = (problem.n, problem.m) if swap else (problem.m, problem.n)
+    tiles_n, grid_z = cdiv(cols, s.bn), 1
     if problem.batch > 1:
         grid_z = min(problem.batch, 65535)
         args += (i64(problem.stride_a), i64(problem.stride_b), i64(problem.stride_c), i32(problem.batch),
                  i32(tiles_n))
-    grid = (tiles_n * cdiv(problem.batch, grid_z), cdiv(problem.m, s.bm), grid_z)
+    grid = (tiles_n * cdiv(problem.batch, grid_z), cdiv(rows, s.bm), grid_z)
     return KernelLaunch(spec, grid, (s.threads,), args, shared=shared, units=UNITS[problem.dtype, s.mma])
 
 

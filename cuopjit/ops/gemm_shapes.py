@@ -89,11 +89,10 @@ TUNED: dict[tuple[str, bool], tuple[Shape, ...]] = {
     ("float32", True): (Shape(True, 128, 128, 16, 2, 4), Shape(True, 64, 64, 16, 2, 2), Shape(True, 32, 32, 16, 2, 1)),
     ("float64", True): (Shape(True, 128, 128, 16, 2, 4), Shape(True, 64, 64, 16, 2, 2), Shape(True, 32, 32, 16, 2, 1)),
 }
-# float64 DMMA with the tile left to the heuristic, aligned operands: 128 x 64 blocks (two per SM) where
-# 128 x 128 tiles would give the SMs fewer than WIDE_WAVES waves (H100, 2048^3: 44.4 against 38.5 TFLOP/s;
-# 4096^3: 41.9 against 41.5). Not a tile_size: tile_size=128 keeps BM = BN = 128.
+# float64 DMMA with the tile left to the heuristic where it would take 128 x 128, aligned operands (which run
+# the both-transposed "swap" layout): 128 x 64 blocks, two per SM (H100, TFLOP/s against 128 x 128: 4096^3
+# 48.4 / 46.6, 2048^3 48.0 / 42.7, 4096^2 x 1000 47.8 / 43.3). Not a tile_size: tile_size=128 keeps BM = BN = 128.
 WIDE = {("float64", True): Shape(True, 128, 64, 16, 2, 2)}
-WIDE_WAVES = 4
 # Auto-tuning candidates beyond TUNED and WIDE (no tile_size / block_size maps to them): float64 BK 32
 # (half the barriers; 43.1 TFLOP/s at 4096^3 with m16n8k16, spilling; the m16n8k8 build does not spill).
 CANDIDATES = {("float64", True): (Shape(True, 128, 128, 32, 2, 4),)}

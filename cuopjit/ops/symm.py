@@ -43,13 +43,9 @@ class SymmProblem:
         return self.n if self.right else self.m
 
     def gemm(self) -> gemm_kernels.GemmProblem:
-        """The product with the filled matrix W (A of the GEMM when left, B when right). W = W^T, so float64
-        reads it as stored transposed, the faster DMMA layouts (H100 4096³: tn 42.7 / nt 44.0 against nn
-        41.6 TFLOP/s); float32's SIMT kernel is fastest as nn (46.5 against 45.2 / 44.7)."""
-        flip = self.dtype == "float64"
-        return gemm_kernels.packed(self.dtype, self.m, self.n, self.dim, trans_a=flip and not self.right,
-                                   trans_b=flip and self.right, aligned=self.aligned, alpha=self.alpha,
-                                   beta=self.beta)
+        """The product with the filled matrix W (A of the GEMM when left, B when right), both as stored."""
+        return gemm_kernels.packed(self.dtype, self.m, self.n, self.dim, aligned=self.aligned,
+                                   alpha=self.alpha, beta=self.beta)
 
 
 def choices(problem: SymmProblem, cfg: ConfigSnapshot, target: Target) -> list:

@@ -6,10 +6,10 @@ import numpy as np
 from ..tensor import Tensor
 from . import gemm_kernels
 from .base import Operator, vector_width
-from .params import plan_setting
+from .params import ScaledProduct
 
 
-class Gemm(Operator):
+class Gemm(ScaledProduct, Operator):
     """General matrix multiply. `set_weight(B)` fixes B; `forward(A, C)` writes C and returns it.
 
     K = 0 gives C = beta * C (C = 0 when beta is 0); M or N = 0 launches nothing.
@@ -20,8 +20,7 @@ class Gemm(Operator):
     def __init__(self, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0, beta: float = 0.0):
         super().__init__()
         self._trans_a, self._trans_b = bool(trans_a), bool(trans_b)
-        self._alpha, self._beta = float(alpha), float(beta)
-        self._weight: Tensor | None = None
+        self._init_scales(alpha, beta)
         self._settings_changed()
 
     @property
@@ -32,9 +31,6 @@ class Gemm(Operator):
     def trans_b(self) -> bool:
         return self._trans_b
 
-    alpha = plan_setting("alpha")
-    beta = plan_setting("beta")
-
     def set_weight(self, weight: Tensor) -> None:
         """B, the right-hand matrix (N×K when trans_b, else K×N)."""
         self._weight = self.check_operand("weight", weight, ndim=2)
@@ -42,9 +38,7 @@ class Gemm(Operator):
 
     def _plan_settings(self) -> tuple:
         """The transposes, alpha, beta and the weight's shape, device and alignment decide the plan."""
-        w = self._weight
-        return (self._trans_a, self._trans_b, self._alpha, self._beta,
-                None if w is None else (w.shape, w.device, w.ptr & 15))
+        return self._trans_a, self._trans_b, self._alpha, self._beta, self._weight_key()
 
     def bind(self, a: Tensor, c: Tensor) -> tuple:
         return (a.plan_key, c.plan_key, self._state), (a.ptr, self._weight.ptr, c.ptr), c

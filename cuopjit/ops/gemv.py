@@ -32,7 +32,7 @@ from ..target import Target
 from ..tensor import Tensor
 from . import elementwise
 from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
-from .params import plan_setting
+from .params import ScaledProduct
 
 TEMPLATE = "gemv.cu.jinja"
 VECTORS = 4              # 16-byte vectors per thread per row per step when tile_size is 0
@@ -168,7 +168,7 @@ def problems() -> list[GemvProblem]:
 FAMILY = Family("gemv", choices, plan, problems)
 
 
-class Gemv(Operator):
+class Gemv(ScaledProduct, Operator):
     """Matrix-vector product. `set_weight(A)` fixes A (M x N); `forward(x, y)` writes y and returns it.
 
     x holds N elements (M with trans=True) and y M (N with trans), any shapes of those sizes.
@@ -179,16 +179,12 @@ class Gemv(Operator):
     def __init__(self, trans: bool = False, alpha: float = 1.0, beta: float = 0.0):
         super().__init__()
         self._trans = bool(trans)
-        self._alpha, self._beta = float(alpha), float(beta)
-        self._weight: Tensor | None = None
+        self._init_scales(alpha, beta)
         self._settings_changed()
 
     @property
     def trans(self) -> bool:
         return self._trans
-
-    alpha = plan_setting("alpha")
-    beta = plan_setting("beta")
 
     def set_weight(self, weight: Tensor) -> None:
         """A, the M x N matrix."""
@@ -196,8 +192,7 @@ class Gemv(Operator):
         self._settings_changed()
 
     def _plan_settings(self) -> tuple:
-        w = self._weight
-        return (self._trans, self._alpha, self._beta, None if w is None else (w.shape, w.device, w.ptr & 15))
+        return self._trans, self._alpha, self._beta, self._weight_key()
 
     def bind(self, x: Tensor, y: Tensor) -> tuple:
         return (x.plan_key, y.plan_key, self._state), (self._weight.ptr, x.ptr, y.ptr), y

@@ -1,4 +1,5 @@
-"""Plan-deciding operator settings (alpha, beta, eps, momentum, training): one property factory.
+"""Plan-deciding operator settings (alpha, beta, eps, momentum, training): one property factory, and the
+alpha / beta / weight matrix that the BLAS products (GEMM, GEMV, SYMM) share.
 
 Such a setting is passed to the kernels as an argument, so it is part of every plan key: setting
 it re-keys the operator's later forwards (`Operator._settings_changed`); the operator lists it in
@@ -37,3 +38,21 @@ def unit_interval_momentum(op: Any, value: float) -> None:
     """momentum in [0, 1]."""
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{type(op).__name__}: momentum={value!r} is not allowed: it must be in [0, 1]")
+
+
+class ScaledProduct:
+    """alpha and beta (plan settings) and the one weight matrix of out = alpha * (product) + beta * out.
+    `_weight_key()` is what of the weight decides a plan: its shape, device and 16-byte alignment."""
+
+    alpha = plan_setting("alpha")
+    beta = plan_setting("beta")
+
+    def _init_scales(self, alpha: float, beta: float) -> None:
+        """Set alpha, beta and no weight yet (before the operator's first `_settings_changed`)."""
+        self._alpha, self._beta = float(alpha), float(beta)
+        self._weight = None
+
+    def _weight_key(self) -> tuple | None:
+        w = self._weight
+        return None if w is None else (w.shape, w.device, w.ptr & 15)
+

@@ -21,7 +21,7 @@ from . import gemm_kernels
 from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
 from .blas_flags import SideUplo, flag, side_operands, square_operand
 from .matmul import retarget
-from .params import plan_setting
+from .params import ScaledProduct
 
 TEMPLATE = "symm.cu.jinja"
 
@@ -80,7 +80,7 @@ def problems() -> list[SymmProblem]:
 FAMILY = Family("symm", choices, plan, problems)
 
 
-class Symm(SideUplo, Operator):
+class Symm(SideUplo, ScaledProduct, Operator):
     """Symmetric matrix multiply. `set_weight(A)` fixes A; `forward(B, C)` writes C and returns it."""
 
     family = FAMILY
@@ -89,12 +89,8 @@ class Symm(SideUplo, Operator):
         super().__init__()
         name = type(self).__name__
         self._right, self._upper = flag(name, "side", side), flag(name, "uplo", uplo)
-        self._alpha, self._beta = float(alpha), float(beta)
-        self._weight: Tensor | None = None
+        self._init_scales(alpha, beta)
         self._settings_changed()
-
-    alpha = plan_setting("alpha")
-    beta = plan_setting("beta")
 
     def set_weight(self, weight: Tensor) -> None:
         """A, the square symmetric matrix (only its `uplo` triangle is read)."""
@@ -102,9 +98,7 @@ class Symm(SideUplo, Operator):
         self._settings_changed()
 
     def _plan_settings(self) -> tuple:
-        w = self._weight
-        return (self._right, self._upper, self._alpha, self._beta,
-                None if w is None else (w.shape, w.device, w.ptr & 15))
+        return self._right, self._upper, self._alpha, self._beta, self._weight_key()
 
     def bind(self, b: Tensor, c: Tensor) -> tuple:
         return (b.plan_key, c.plan_key, self._state), (self._weight.ptr, b.ptr, c.ptr), c

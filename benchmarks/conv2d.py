@@ -21,7 +21,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import cuopjit  # noqa: E402
 from mb_common import time_ms, to_cuopjit  # noqa: E402
-from results_io import require_gpu, save_json  # noqa: E402
+from results_io import bar_chart, require_gpu, save_json  # noqa: E402
 
 # name, group, (N, C, H, W, K, kh, kw, stride, pad, groups)
 LAYERS = [("seed 3x3 64->128 224^2", "seed", (32, 64, 224, 224, 128, 3, 3, 1, 1, 1)),
@@ -84,24 +84,9 @@ def summary(rows: list[dict]) -> list[dict]:
 
 
 def chart(rows: list[dict], path: str) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib missing: no chart)")
-        return
-    labels = [f"{r['name']} {r['mode']}" for r in rows]
-    xs = range(len(rows))
-    fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(rows)), 6))
-    ax.bar([i - 0.2 for i in xs], [r["cuopjit_tflops"] for r in rows], 0.4, label="cuopjit")
-    ax.bar([i + 0.2 for i in xs], [r["torch_tflops"] for r in rows], 0.4, label="cuDNN (torch)")
-    ax.set_xticks(list(xs), labels, fontsize=7, rotation=60, ha="right")
-    ax.set_ylabel("TFLOP/s")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"chart written to {path}")
+    """cuopjit vs cuDNN TFLOP/s per layer and mode."""
+    bar_chart(path, [f"{r['name']} {r['mode']}" for r in rows], [r["cuopjit_tflops"] for r in rows],
+              [r["torch_tflops"] for r in rows], "cuDNN (torch)", "TFLOP/s", width=0.6)
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import cuopjit  # noqa: E402
 from mb_common import time_ms, to_cuopjit, torch_dtype  # noqa: E402
-from results_io import require_gpu, save_json  # noqa: E402
+from results_io import bar_chart, require_gpu, save_json  # noqa: E402
 
 SQUARE = (1024, 2048, 4096, 8192)
 ODD = ((4097, 4097, 4097), (33, 4097, 1000), (1000, 1000, 1000), (4096, 4096, 1000))
@@ -73,27 +73,13 @@ def case(dtype: str, kernel: str, m: int, n: int, k: int) -> dict:
 
 def chart(rows: list[dict], path: str) -> None:
     """cuopjit vs cuBLAS TFLOP/s per shape and mode, with each mode's roofline as a tick."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib missing: no chart)")
-        return
-    xs = range(len(rows))
-    fig, ax = plt.subplots(figsize=(max(8, 0.55 * len(rows)), 6))
-    ax.bar([i - 0.2 for i in xs], [r["cuopjit_tflops"] for r in rows], 0.4, label="cuopjit")
-    ax.bar([i + 0.2 for i in xs], [r["torch_tflops"] for r in rows], 0.4, label="cuBLAS (torch.matmul)")
-    roof = [ROOF[r["dtype"], r["torch_tf32"]] for r in rows]
-    ax.scatter(list(xs), roof, marker="_", s=300, color="k", label="roofline (FP32 / TF32 / FP64)")
-    ax.set_xticks(list(xs), [f"{r['dtype'][-2:]} {r['kernel']} {r['m']}x{r['n']}x{r['k']}" for r in rows],
-                  fontsize=7, rotation=60, ha="right")
-    ax.set_yscale("log")
-    ax.set_ylabel("TFLOP/s")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"chart written to {path}")
+    def roofline(ax, xs):
+        ax.scatter(xs, [ROOF[r["dtype"], r["torch_tf32"]] for r in rows], marker="_", s=300, color="k",
+                   label="roofline (FP32 / TF32 / FP64)")
+        ax.set_yscale("log")
+    bar_chart(path, [f"{r['dtype'][-2:]} {r['kernel']} {r['m']}x{r['n']}x{r['k']}" for r in rows],
+              [r["cuopjit_tflops"] for r in rows], [r["torch_tflops"] for r in rows], "cuBLAS (torch.matmul)",
+              "TFLOP/s", decorate=roofline)
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from mb_common import copy_bandwidth, copy_bandwidth_at, time_ms  # noqa: E402
-from results_io import require_gpu, save_json  # noqa: E402
+from results_io import bar_chart, require_gpu, save_json  # noqa: E402
 
 
 def load_workloads() -> list[dict]:
@@ -56,26 +56,12 @@ def run_one(w: dict, repeat: int) -> dict:
 
 
 def chart(rows: list[dict], copy_gbps: float, path: str) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib missing: no chart)")
-        return
+    """cuopjit vs PyTorch GB/s per workload, with the copy bandwidth as a line."""
     ok = [r for r in rows if "cuopjit_gbps" in r]
-    labels = [f"{r['name']} {r['dtype'].replace('float', 'f')}" for r in ok]
-    xs = range(len(ok))
-    fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(ok)), 6))
-    ax.bar([x - 0.2 for x in xs], [r["cuopjit_gbps"] for r in ok], 0.4, label="cuopjit")
-    ax.bar([x + 0.2 for x in xs], [r["torch_gbps"] for r in ok], 0.4, label="PyTorch")
-    ax.axhline(copy_gbps, color="k", ls="--", lw=1, label=f"copy {copy_gbps:.0f} GB/s")
-    ax.set_xticks(list(xs), labels, fontsize=7, rotation=60, ha="right")
-    ax.set_ylabel("GB/s (bytes read + written)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"chart written to {path}")
+    bar_chart(path, [f"{r['name']} {r['dtype'].replace('float', 'f')}" for r in ok], [r["cuopjit_gbps"] for r in ok],
+              [r["torch_gbps"] for r in ok], "PyTorch", "GB/s (bytes read + written)", width=0.45,
+              decorate=lambda ax, xs: ax.axhline(copy_gbps, color="k", ls="--", lw=1,
+                                                 label=f"copy {copy_gbps:.0f} GB/s"))
 
 
 def main(argv=None) -> int:

@@ -1,4 +1,5 @@
-"""Where a benchmark writes its results, so that a run without a GPU never replaces recorded GPU figures.
+"""Where a benchmark writes its results, so that a run without a GPU never replaces recorded GPU figures,
+and the one bar chart (cuopjit beside its reference, per workload) every script draws beside them.
 
 Every script writes through `save_json`. A run on a machine without a GPU (benchmarks/cache.py
 still measures compiles and disk hits there) does not replace a file that holds a GPU run's
@@ -53,3 +54,29 @@ def save_json(path: str | os.PathLike, result: dict, gpu: bool) -> Path:
     target.write_text(json.dumps({**result, "gpu": gpu}, indent=1))
     print(f"results written to {target}")
     return target
+
+
+def bar_chart(path: str, labels: list[str], mine: list[float], theirs: list[float], their_label: str,
+              ylabel: str, width: float = 0.55, decorate=None) -> None:
+    """cuopjit's and the reference's bars per workload as a PNG at `path` (nothing without matplotlib);
+    `decorate(ax, xs)` adds a script's own marks (a roofline, the copy bandwidth)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib missing: no chart)")
+        return
+    xs = list(range(len(labels)))
+    fig, ax = plt.subplots(figsize=(max(8, width * len(labels)), 6))
+    ax.bar([i - 0.2 for i in xs], mine, 0.4, label="cuopjit")
+    ax.bar([i + 0.2 for i in xs], theirs, 0.4, label=their_label)
+    if decorate is not None:
+        decorate(ax, xs)
+    ax.set_xticks(xs, labels, fontsize=7, rotation=60, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"chart written to {path}")
+

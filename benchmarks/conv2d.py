@@ -6,9 +6,10 @@ Modes: "fp32" (cuopjit's exact SIMT kernel; cuDNN with TF32 off), "tf32" (enable
 cuDNN with TF32 on) and "3xtf32" (precision="3xtf32": float32-accurate tensor-core products; against
 cuDNN fp32, TF32 off). Every layer has a bias; both sides write NCHW. cuopjit's time includes its
 per-forward weight pack. Each timing is the median of >= 20 calls between CUDA events after warm-up
-(benchmarks/mb_common.py); errors are ||out - ref|| / ||ref|| against torch float64 on the device.
+(benchmarks/mb_common.py); errors are ||out - ref|| / ||ref|| against torch float64 on the device, over
+the first ERR_IMAGES images of the batch. --breakdown adds each kernel's time (torch.profiler).
 
-    python benchmarks/conv2d.py [--only seed,resnet,depthwise] [--modes fp32,tf32,3xtf32]
+    python benchmarks/conv2d.py [--only seed,resnet,depthwise] [--modes fp32,tf32,3xtf32] [--breakdown]
                                 [--out benchmarks/results/conv2d.json]
 """
 from __future__ import annotations
@@ -30,6 +31,8 @@ LAYERS = [("seed 3x3 64->128 224^2", "seed", (32, 64, 224, 224, 128, 3, 3, 1, 1,
           ("resnet 3x3/2 128->128 56^2", "resnet", (32, 128, 56, 56, 128, 3, 3, 2, 1, 1)),
           ("resnet 7x7/2 3->64 224^2", "resnet", (32, 3, 224, 224, 64, 7, 7, 2, 3, 1)),
           ("depthwise 3x3 256 56^2", "depthwise", (32, 256, 56, 56, 256, 3, 3, 1, 1, 256))]
+BREAKDOWN = False
+ERR_IMAGES = 2      # the error is measured on the first images of the batch (float64 convolution is slow)
 GOALS = {"seed": {"fp32": 1.0, "tf32": 1.0, "3xtf32": 2.0}, "resnet": {"fp32": 1.0, "tf32": 1.0, "3xtf32": 1.0},
          "depthwise": {"fp32": 1.0}}
 
@@ -55,8 +58,8 @@ def case(name: str, group: str, layer: tuple, mode: str) -> dict:
     cx, cy = to_cuopjit(x), to_cuopjit(y)
     op.forward(cx, cy, pad_h=pad, pad_w=pad)
     torch.cuda.synchronize()
-    ref = torch.nn.functional.conv2d(x.double(), wt.double(), b.double(), st, pad, 1, groups)
-    err = ((y.double() - ref).norm() / ref.norm()).item()
+    ref = torch.nn.functional.conv2d(x[:ERR_IMAGES].double(), wt.double(), b.double(), st, pad, 1, groups)
+    err = ((y[:ERR_IMAGES].double() - ref).norm() / ref.norm()).item()
     del ref
     mine = time_ms(lambda i: op.forward(cx, cy, pad_h=pad, pad_w=pad))
     torch.backends.cudnn.allow_tf32 = mode == "tf32"
@@ -64,11 +67,23 @@ def case(name: str, group: str, layer: tuple, mode: str) -> dict:
     torch.backends.cudnn.allow_tf32 = False
     flops = 2.0 * y.numel() * (c // groups) * kh * kw
     prof = op.get_performance_profile()
-    return {"name": name, "group": group, "mode": mode, "layer": list(layer),
+    launches = breakdown(lambda: op.forward(cx, cy, pad_h=pad, pad_w=pad)) if BREAKDOWN else {}
+    return {"launch_ms": launches, "name": name, "group": group, "mode": mode, "layer": list(layer),
             "cuopjit_kernel": getattr(prof, "kernel_name", ""), "cuopjit_ms": mine["median_ms"],
             "torch_ms": theirs["median_ms"], "cuopjit_tflops": flops / mine["median_ms"] / 1e9,
             "torch_tflops": flops / theirs["median_ms"] / 1e9, "ratio": theirs["median_ms"] / mine["median_ms"],
             "rel_error": err}
+
+
+def breakdown(fn, calls: int = 5) -> dict:
+    """Mean device time per call of each kernel one forward launches (torch.profiler / CUPTI), ms."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return {e.key: e.device_time_total / calls / 1e3 for e in prof.key_averages() if e.device_time_total > 0}
 
 
 def summary(rows: list[dict]) -> list[dict]:
@@ -93,9 +108,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--only", default="seed,resnet,depthwise", help="comma list of seed, resnet, depthwise")
     p.add_argument("--modes", default="fp32,tf32,3xtf32", help="comma list of fp32, tf32, 3xtf32")
+    p.add_argument("--breakdown", action="store_true", help="also time each kernel of a forward (torch.profiler)")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                                   "conv2d.json"))
     args = p.parse_args()
+    global BREAKDOWN
+    BREAKDOWN = args.breakdown
     require_gpu("benchmarks/conv2d.py")
     import torch
     torch.backends.cudnn.benchmark = True
@@ -109,6 +127,8 @@ def main() -> None:
                 r = rows[-1]
                 print(f"{r['name']:28s} {mode:5s} {r['cuopjit_tflops']:7.2f} {r['torch_tflops']:7.2f} "
                       f"{r['ratio']:5.2f}x err {r['rel_error']:.1e}  {r['cuopjit_kernel']}", flush=True)
+                for kernel, ms in r["launch_ms"].items():
+                    print(f"    {ms:8.3f} ms  {kernel}", flush=True)
                 torch.cuda.empty_cache()
     goals = summary(rows)
     save_json(args.out, {"device": torch.cuda.get_device_name(), "torch": torch.__version__,

@@ -1,6 +1,10 @@
-"""The Convolution2D family: NCHW 2-D convolution (templates/conv2d.cu.jinja, conv2d_direct.cu.jinja).
+"""The Convolution2D family: NCHW 2-D convolution (templates/conv2d.cu.jinja, conv2d_direct.cu.jinja,
+conv2d_wgmma.cu.jinja).
 
-Two kernels. The implicit GEMM (a pack launch puts the weight in a zero-padded [G][K][M] workspace,
+Three kernels. On sm_90, float32 tensor-core work (TF32 or 3xTF32) on layers of one group (strides
+up to 8) goes to the wgmma kernel (cuopjit/ops/conv2d_wgmma.py: an NHWC copy read by TMA, wgmma from
+swizzled shared memory) where its `why_not` allows and tile_size / block_size are ones it builds;
+the rest runs as below. The implicit GEMM (a pack launch puts the weight in a zero-padded [G][K][M] workspace,
 then one launch: M = output channels per group, N = output pixels, K = Cg * kh * kw, the input
 addressed through an operand iterator, no im2col buffer) and, for layers with fewer than
 DIRECT_BELOW output channels per group (depthwise), a direct kernel. How each JITConfig field
@@ -23,7 +27,7 @@ changes the code:
                     float32 and split in registers, a*b ~ big*big + big*small + small*big (float32-grade
                     error, three mma each). float64 raises (exact on every kernel); the direct kernel is
                     exact FMA under either
-    enable_tma                no TMA convolution kernel: ignored
+    enable_tma                on sm_90, float32 runs the wgmma kernel (TF32) where it applies; else ignored
     enable_loop_unroll        `#pragma unroll` vs `unroll 1` on the k-loop in a tile / the channel loop
     enable_memory_coalescing  vector output stores (where output planes line up) vs scalar stores
     enable_shared_memory_opt  implicit GEMM: shared-memory row padding on/off; direct kernel: ignored
@@ -41,6 +45,7 @@ from ..plan import Family, KernelLaunch, Plan, i32, i64, ptr
 from ..target import Target
 from .base import cdiv, dtype_tag, scalar_t, vector_width
 from .gemm_kernels import uses_tensor_cores
+from . import conv2d_wgmma
 from .conv2d_shapes import BLOCKS, TILES, TUNED, WIDE, Shape, derive, valid_threads, why_not
 
 TEMPLATE, DIRECT_TEMPLATE = "conv2d.cu.jinja", "conv2d_direct.cu.jinja"
@@ -139,6 +144,9 @@ def choices(problem: ConvProblem, cfg: ConfigSnapshot, target: Target) -> list[C
     if cfg.tile_size not in (0, *TILES):
         raise ValueError(f"Convolution2D tile_size={cfg.tile_size} is not allowed: choose 0 (auto) or one of "
                          f"{', '.join(map(str, TILES))}")
+    wgmma = mma or cfg.enable_tma and target.tma and cfg.kernel_type != "simple"
+    if wgmma and problem.kg >= DIRECT_BELOW and conv2d_wgmma.applies(problem, cfg, target, split):
+        return conv2d_wgmma.choices(problem, cfg, target, split)
     switches = {"unroll": cfg.enable_loop_unroll, "coalesce": cfg.enable_memory_coalescing,
                 "opts": kernels.compile_opts(cfg)}
     if problem.kg < DIRECT_BELOW:   # exact FMAs: every precision holds
@@ -184,6 +192,8 @@ def _window_tag(problem: ConvProblem) -> str:
 
 def plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Plan:
     """Operands x, weight, bias, y (bias unread without one); the implicit GEMM packs the weight into the workspace."""
+    if isinstance(choice, conv2d_wgmma.WgmmaConvChoice):
+        return conv2d_wgmma.plan(problem, choice, target)
     return (_gemm_plan if choice.shape else _direct_plan)(problem, choice, target)
 
 

@@ -101,7 +101,7 @@ def run_alone(op: str, dtype: str, repeat: int) -> dict:
     plan = operator.plan(*args, **kwargs)
     return {"family": op, "name": op, "dtype": dtype, "shape": list(SHAPES[op][1]), "bytes": nbytes, "flops": flops,
             "script": "explain shape", "cuopjit_ms": ms, "torch_ms": None,
-            "kernel": " + ".join(spec.name for spec in plan.specs), "units": plan.launches[0].units}
+            "kernel": " + ".join(spec.name for spec in plan.specs), "units": plan.units}
 
 
 def _rates(row: dict) -> dict:

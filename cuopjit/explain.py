@@ -17,7 +17,7 @@ from typing import Any
 from . import compiler, driver, kernels, target as targets
 from .config import JITConfig
 from .ops.base import Operator
-from .plan import KernelLaunch, Plan
+from .plan import KernelLaunch, Plan, main_units
 from .profile import benchmark, device_ceilings, unit_kind
 from .settings import DEFAULT, RunSettings
 
@@ -203,7 +203,8 @@ def explain(op: Any, *args: Any, arch: str | None = None, measure: bool = True, 
     flops, nbytes = operator.work(*args, **kwargs)
     out.work = {"flops": flops, "bytes": nbytes}
     if live and measure and out.kernels:
-        out.measured = _measure(op, args, kwargs, flops, nbytes, out.kernels[0]["units"], runs)
+        units = main_units([k["units"] for k in out.kernels])
+        out.measured = _measure(op, args, kwargs, flops, nbytes, units, runs)
     return out
 
 

@@ -96,6 +96,12 @@ class KernelLaunch:
         return tuple(a.value for a in self.args if a.kind == "ptr")
 
 
+def main_units(units: list[str]) -> str:
+    """The units of a plan's main work: the first launch on tensor cores (a prepass such as SYMM's fill or the
+    3xTF32 split only feeds it), else the first launch's."""
+    return next((u for u in units if "tensor" in u.lower()), units[0] if units else "none")
+
+
 @dataclass(frozen=True)
 class Plan:
     """The ordered launches of one forward, the operands they read (by name) and the workspace bytes."""
@@ -117,6 +123,11 @@ class Plan:
     def specs(self) -> list[KernelSpec]:
         """The distinct kernels of the plan, in launch order."""
         return list(dict.fromkeys(kl.spec for kl in self.launches))
+
+    @property
+    def units(self) -> str:
+        """The units the plan's roofline is held to (main_units of its launches)."""
+        return main_units([kl.units for kl in self.launches])
 
     def check_target(self, target: Target) -> None:
         """Raise when a launch needs what the target lacks (clusters, shared memory)."""

@@ -158,3 +158,41 @@ def set_fake_weight(op, array: np.ndarray, setter: str = "set_weight") -> None:
 
 def weight_array(op) -> np.ndarray:
     return _WEIGHTS[id(op)]
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """x rounded to TF32's 11 significant bits (to nearest)."""
+    mant, exp = np.frexp(x)
+    return np.ldexp(np.round(mant * 2048) / 2048, exp)
+
+
+def _tf32_split(params, kl, v, bufs) -> None:
+    (ix, ox), (ih, oh), (il, ol), rows, k, ldx, ldo, stride_x, stride_o = v
+    for z in range(kl.grid[2]):
+        x = _view(bufs[ix], ox + z * stride_x, *((k, rows) if params["TRANSPOSE"] else (rows, k)), ldx)
+        x = x.T if params["TRANSPOSE"] else x
+        hi = _tf32(x)
+        _view(bufs[ih], oh + z * stride_o, rows, k, ldo)[...] = hi
+        _view(bufs[il], ol + z * stride_o, rows, k, ldo)[...] = _tf32(x - hi)
+
+
+def _gemm_wgmma(params, kl, v, bufs) -> None:
+    """D = P Q^T cast back onto C (P_IS_A, P_KMAJOR: the layout the plan chose); 3xTF32 reads hi and lo parts
+    lo_p, lo_q elements after P, Q and sums lo*hi + hi*lo + hi*hi."""
+    (ia, oa), (ib, ob), (ic, oc), _, m, n, k, lda, ldb, ldc, alpha, beta = v[:12]
+    batched = params["BATCHED"]
+    batch, sa, sb, sc = (v[15], v[12], v[13], v[14]) if batched else (1, 0, 0, 0)
+    trans_a = params["P_IS_A"] and not params["P_KMAJOR"]      # tt (nt: P = A K-major; nn: P = B^T)
+    trans_b = params["P_IS_A"]
+    for z in range(batch):
+        a = _view(bufs[ia], oa + z * sa, *((k, m) if trans_a else (m, k)), lda)
+        b = _view(bufs[ib], ob + z * sb, *((n, k) if trans_b else (k, n)), ldb)
+        a, b = (a.T if trans_a else a), (b.T if trans_b else b)
+        product = a @ b
+        if params["SPLIT"]:
+            lo_p, lo_q = v[-2], v[-1]
+            a_lo = _view(bufs[ia], oa + z * sa + lo_p, m, k, lda)
+            b_lo = _view(bufs[ib], ob + z * sb + lo_q, n, k, ldb).T
+            product = a_lo @ b + a @ b_lo + product
+        c = _view(bufs[ic], oc + z * sc, m, n, ldc)
+        c[...] = alpha * product + (beta * c if beta else 0.0)

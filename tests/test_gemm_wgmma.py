@@ -1,6 +1,6 @@
 """The Hopper wgmma GEMM: routing (which configs and problems reach it), every variant compiles for
-sm_90a without spills (CPU, real NVRTC); on an H100, TF32 and 3xTF32 results for every layout,
-alpha/beta and odd sizes against float64 NumPy (C poisoned with NaN, canaries around it), batched
+sm_90a without spills (CPU, real NVRTC); on an H100, TF32 and 3xTF32 results for every layout (3xTF32:
+A^T @ B and unaligned operands too), alpha/beta and odd sizes against float64 NumPy (C poisoned with NaN, canaries around it), batched
 problems (broadcast on either side) planned directly and through BatchMatMul / MatMul, and 3xTF32's
 error no worse than the exact SIMT kernel's on randn and on 2^-20..2^20 inputs."""
 from __future__ import annotations
@@ -36,9 +36,11 @@ LAYOUTS = [(False, True), (False, False), (True, True)]      # nt (SS), nn (RS, 
                                      "enable_tensor_core": True, "enable_tma": True}])
 @pytest.mark.parametrize("target", [SM90, SM90A], ids=["sm_90", "sm_90a"])
 def test_float32_tensor_cores_on_sm90_are_wgmma(fields, target):
-    (launch,) = gk.FAMILY.default_plan(gk.packed("float32", 4096, 4096, 4096), make_config(**fields).snapshot(),
-                                       target).launches
+    *split, launch = gk.FAMILY.default_plan(gk.packed("float32", 4096, 4096, 4096), make_config(**fields).snapshot(),
+                                            target).launches
     assert "_wgmma_" in launch.spec.name and launch.spec.arch_specific
+    # 3xTF32: A (stored M x K) and B (stored K x N, transposed) are split into hi and lo parts first
+    assert [k.spec.name for k in split] == (["tf32_split_n", "tf32_split_t"] if "precision" in fields else [])
     assert kernels.compile_arch(launch.spec, "sm_90") == "sm_90a"
     assert launch.grid[0] <= 2 * target.sm_count and launch.block[0] in (256, 384)
     assert launch.units == gw.UNITS[fields.get("precision") == "3xtf32"]
@@ -90,11 +92,35 @@ def test_batch_matmul_and_matmul_reach_wgmma_in_one_launch():
                                                                    i32(800))
 
 
+def test_3xtf32_splits_every_layout_into_the_workspace():
+    """3xTF32 runs A^T @ B on wgmma too: both operands are split K-major (P = A, Q = B^T) into the workspace,
+    a broadcast operand once, each other batch entry on its own grid z."""
+    cfg = make_config(precision="3xtf32").snapshot()
+    for ta, tb in itertools.product((False, True), repeat=2):
+        problem = _batched_problem(5, 260, 132, 100, ta, tb, bcast="a")
+        split_a, split_b, main = gw.plan(problem, gw.choices(problem, cfg, SM90, True)[0], SM90).launches
+        assert main.spec.name.endswith("_3xtf32_nt_batched") and dict(main.spec.params)["P_KMAJOR"]
+        assert (split_a.spec.name[-1], split_b.spec.name[-1]) == ("t" if ta else "n", "n" if tb else "t")
+        assert split_a.grid == (4, 9, 1) and split_b.grid == (4, 5, 5)       # K 100 in tiles of 32; rows; entries
+        lay = gw.gemm_split.SplitLayout.of(problem, main.grid[0] * 2 * gw.MAP_BYTES)
+        assert lay.ld == 100 and (lay.stride_p, lay.stride_q) == (0, 132 * 100)
+        assert lay.end == lay.q_hi + 8 * 5 * 132 * 100 and lay.q_hi >= lay.p_hi + 8 * 260 * 100
+        assert main.args[-2:] == (i64(260 * 100), i64(5 * 132 * 100)) and main.args[7] == i32(100)
+
+
 def test_3xtf32_without_wgmma_is_the_exact_simt_kernel_and_float64_refuses_it():
     cfg = make_config(precision="3xtf32").snapshot()
-    for problem, target in ((gk.packed("float32", 512, 512, 512), SM80),
-                            (gk.packed("float32", 7, 7, 7, aligned=False), SM90)):
-        assert gk.FAMILY.default_plan(problem, cfg, target).launches[0].units == "FP32 cores (SIMT)"
+    assert gk.FAMILY.default_plan(gk.packed("float32", 512, 512, 512), cfg, SM80).launches[0].units == \
+        "FP32 cores (SIMT)"
+    # Unaligned operands reach wgmma through the split; C is then written element by element. A product too
+    # narrow for the split to pay runs the exact SIMT kernel.
+    main = gk.FAMILY.default_plan(gk.packed("float32", 1001, 1001, 1001, aligned=False), cfg, SM90).launches[-1]
+    assert main.spec.name.endswith("_3xtf32_nt_unaligned") and not dict(main.spec.params)["C_PAIRS"]
+    for m, n in ((33, 4097), (7, 7), (256, 256)):
+        assert gw.narrow(gk.packed("float32", m, n, 1000))
+        (launch,) = gk.FAMILY.default_plan(gk.packed("float32", m, n, 1000), cfg, SM90).launches
+        assert launch.units == "FP32 cores (SIMT)"
+    assert not gw.narrow(gk.packed("float32", 400, 400, 1000))
     with pytest.raises(ValueError, match=r"GEMM precision='3xtf32' applies to float32 .* leave precision='tf32'"):
         gk.choices(gk.packed("float64", 64, 64, 64), cfg, SM90)
 
@@ -130,6 +156,9 @@ def test_heuristic_fills_the_sms_and_tuning_offers_the_other_tiles():
     assert (small.consumers, small.qn) == (2, 64)          # 128 tiles of 128 x 64 on 132 SMs
     split = gw.choices(gk.packed("float32", 4096, 4096, 4096), cfg, SM90, split=True)
     assert all(c.qn <= gw.SPLIT_MAX and c.split for c in split)
+    # 3xTF32: 128-wide tiles first (1000³: one consumer, 128 tiles of 64 x 128; 64-wide ones measured 20-40% slower)
+    assert [(c.consumers, c.qn) for c in split] == [(2, 128), (1, 128), (2, 64), (1, 64)]
+    assert (gw.choices(gk.packed("float32", 1000, 1000, 1000), cfg, SM90, split=True)[0].consumers) == 1
     for c in big + split:
         assert gw.smem_bytes(c.consumers, c.qn, c.stages, c.split) <= SM90.smem_per_block
 
@@ -163,7 +192,7 @@ _VARIANTS = ([(ta, tb, split, 2, gw.SPLIT_MAX if split else 256, 0, "") for (ta,
               for split in (False, True)]
              + [(False, False, False, c, q, 0, "") for c in (1, 2) for q in gw.WIDTHS if (c, q) != (2, 256)]
              + [(False, False, False, 1, 64, 32, ""), (False, True, False, 2, 256, 16, ""),
-                (True, True, True, 2, 64, 32, "")]
+                (True, True, True, 2, 64, 32, ""), (True, False, True, 1, 128, 0, "")]
              + [(False, False, False, 2, 128, 0, "b"), (False, True, False, 1, 64, 0, "a"),
                 (True, True, True, 2, 64, 0, "b")])
 
@@ -177,13 +206,14 @@ def test_every_variant_compiles_for_sm90a_without_spills(trans_a, trans_b, split
     problem = (_batched_problem(7, 1000, 1000, 1000, trans_a, trans_b, bcast=bcast) if bcast
                else gk.packed("float32", 1000, 1000, 1000, trans_a, trans_b))
     plan = gw.plan(problem, choice, SM90)
-    (launch,) = plan.launches
+    assert len(plan.launches) == (3 if split else 1)
     plan.check_target(SM90)
-    spec = launch.spec
-    built = kernels.compile_fresh(spec, "sm_90")
-    assert built.spill_bytes == 0, f"{spec.name} spills {built.spill_bytes} bytes"
-    assert built.registers is not None and built.registers <= 240
-    assert "C7513" not in built.log, f"{spec.name}: ptxas serialises the wgmmas:\n{built.log}"
+    for launch in plan.launches:
+        spec = launch.spec
+        built = kernels.compile_fresh(spec, "sm_90")
+        assert built.spill_bytes == 0, f"{spec.name} spills {built.spill_bytes} bytes"
+        assert built.registers is not None and built.registers <= 240
+        assert "C7513" not in built.log, f"{spec.name}: ptxas serialises the wgmmas:\n{built.log}"
 
 
 # --- GPU ------------------------------------------------------------------------------------------
@@ -226,13 +256,42 @@ def test_wgmma_matches_float64(rng, m, n, k, alpha, beta, trans_a, trans_b, prec
     operands truncated to TF32 as the tensor core reads them (tf32) or exact operands (3xtf32)."""
     fields = {"kernel_type": "tensor_core", "precision": precision}
     out, a, b, c0, name = _gemm(rng, m, n, k, trans_a, trans_b, alpha, beta, fields)
-    assert "_wgmma_" in name and ("_3xtf32" in name) == (precision == "3xtf32")
+    # 3xTF32 on a narrow product (4 x 4, 36 x 12, 128 x 256) is routed to the exact SIMT kernel
+    wgmma = precision == "tf32" or not gw.narrow(gk.packed("float32", m, n, k))
+    assert ("_wgmma_" in name) == wgmma and ("_3xtf32" in name) == (wgmma and precision == "3xtf32"), name
     if precision == "tf32":
         a, b = _tf32(a, False), _tf32(b, False)
     u = (k + 16) * np.finfo(np.float32).eps
     bound = u * _ref(np.abs(a), np.abs(b), np.abs(c0), trans_a, trans_b, abs(alpha), abs(beta))
     err = np.abs(out.astype(np.float64) - _ref(a, b, c0, trans_a, trans_b, alpha, beta))
     assert np.all(np.isfinite(out)) and np.all(err <= bound), f"{name}: error {np.max(err - bound):.3g} over the bound"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k, alpha, beta", [(4, 4, 4, 1.0, 0.0), (1000, 1000, 1000, 1.0, 0.0),
+                                                  (260, 4100, 36, -0.5, 1.5), (1028, 132, 1001, 2.0, -1.0)])
+def test_3xtf32_runs_a_transposed_times_b_on_wgmma(rng, m, n, k, alpha, beta):
+    """A^T @ B, which TF32 leaves to mma.sync, on the 3xTF32 wgmma kernel: both operands split transposed."""
+    out, a, b, c0, name = _gemm(rng, m, n, k, True, False, alpha, beta, {"precision": "3xtf32"})
+    assert ("_wgmma_" in name and "tf32_split_t" in name) != gw.narrow(gk.packed("float32", m, n, k)), name
+    _within_bound(out, a, b, c0, True, False, alpha, beta, k, name)
+    problem = _batched_problem(3, m, n, k, True, False, alpha, beta, "b")      # planned on wgmma, narrow or not
+    assert "_3xtf32_nt_batched" in _run_batched(rng, problem, precision="3xtf32")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k, trans_a, trans_b, alpha, beta", [
+    (7, 7, 7, False, False, 1.0, 0.0), (33, 4097, 1000, False, False, 1.0, 0.0), (1000, 1001, 999, True, True, -0.5, 1.5),
+    (1, 33, 4097, True, False, 2.0, -1.0)])
+def test_3xtf32_on_unaligned_operands(rng, m, n, k, trans_a, trans_b, alpha, beta):
+    """Odd leading dimensions (no TMA on the operands themselves): the split reads them, C is written per element."""
+    out, a, b, c0, name = _gemm(rng, m, n, k, trans_a, trans_b, alpha, beta, {"precision": "3xtf32"})
+    assert ("_3xtf32_nt_unaligned" in name) != gw.narrow(gk.packed("float32", m, n, k)), name
+    _within_bound(out, a, b, c0, trans_a, trans_b, alpha, beta, k, name)
+    # batched with entries of m x n floats: odd batch strides, any leading dimension
+    problem = dataclasses.replace(_batched_problem(3, m, n, min(k, 100), trans_a, trans_b, alpha, beta,
+                                                   "a" if m > n else None), aligned=False)
+    assert _run_batched(rng, problem, precision="3xtf32").endswith("_unaligned_batched")
 
 
 def _within_bound(out, a, b, c0, trans_a, trans_b, alpha, beta, k, name):
@@ -244,7 +303,8 @@ def _within_bound(out, a, b, c0, trans_a, trans_b, alpha, beta, k, name):
 
 
 def _run_batched(rng, problem, choice=None, precision="tf32"):
-    """Plan `problem` (batched GemmProblem) directly, run it on fresh operands, check each entry; the kernel name."""
+    """Plan `problem` (batched GemmProblem) directly on the wgmma kernel (narrow or not), run it on fresh operands,
+    check each entry; the kernel name."""
     p = problem
     sa, sb = ((p.k, p.m) if p.trans_a else (p.m, p.k)), ((p.n, p.k) if p.trans_b else (p.k, p.n))
     a = rng.standard_normal((p.batch if p.stride_a else 1, *sa)).astype(np.float32)
@@ -253,12 +313,13 @@ def _run_batched(rng, problem, choice=None, precision="tf32"):
     c = guarded([p.batch, p.m, p.n], np.float32, fill=c0 if p.beta else None)
     target = cuopjit.target.of_device(0)
     if choice is None:
-        choice = gk.choices(p, make_config(kernel_type="tensor_core", precision=precision).snapshot(), target)[0]
+        choice = gw.choices(p, make_config(kernel_type="tensor_core", precision=precision).snapshot(), target,
+                            precision == "3xtf32")[0]
     plan = gk.plan(p, choice, target)
     at, bt = cuopjit.tensor(a), cuopjit.tensor(b)
     executor.load(plan, 0, DEFAULT)((at.ptr, bt.ptr, c.ptr), 0)
     check_guards(c)
-    out, name = c.to_numpy(), plan.launches[0].spec.name
+    out, name = c.to_numpy(), plan.launches[-1].spec.name
     if not choice.split:
         a, b = _tf32(a, False), _tf32(b, False)
     for z in range(p.batch):
@@ -354,8 +415,10 @@ def test_every_block_and_tile_size_on_gpu(rng):
 def test_loop_unroll_off_reaches_the_optional_loops_and_compiles(split):
     """enable_loop_unroll=False rolls the TMA box loop and the split loop; nothing spills, nothing serialises."""
     cfg = make_config(enable_tensor_core=True, enable_loop_unroll=False, precision="3xtf32" if split else "tf32")
-    (launch,) = gk.FAMILY.default_plan(gk.packed("float32", 1000, 1000, 1000), cfg.snapshot(), SM90).launches
-    spec = launch.spec
-    assert spec.name.endswith("_nounroll_nn") and 'unroll 1' in kernels.source(spec)
-    built = kernels.compile_fresh(spec, "sm_90")
-    assert built.spill_bytes == 0 and "C7513" not in built.log
+    launches = gk.FAMILY.default_plan(gk.packed("float32", 1000, 1000, 1000), cfg.snapshot(), SM90).launches
+    assert launches[-1].spec.name.endswith("_nounroll_nt" if split else "_nounroll_nn")
+    for launch in launches:
+        spec = launch.spec
+        assert "_nounroll" in spec.name and 'unroll 1' in kernels.source(spec)
+        built = kernels.compile_fresh(spec, "sm_90")
+        assert built.spill_bytes == 0 and "C7513" not in built.log

@@ -12,6 +12,7 @@ from cuopjit.ops import gemm_kernels as gk
 from cuopjit.ops import matmul
 from cuopjit.target import named
 
+import blas_emulate
 from blas_emulate import fake, run_operator
 from conftest import build_once, check_guards, family_plans, guarded, make_config
 
@@ -52,6 +53,21 @@ def test_one_launch_wherever_each_operand_runs_along_the_batch_or_is_broadcast()
     assert launches((8, 100, 256, 256), (256, 256), (8, 100, 256, 256)) == 1
     assert launches((1, 256, 256), (100, 256, 256), (100, 256, 256)) == 1
     assert launches((3, 1, 5, 4), (1, 4, 4, 6), (3, 4, 5, 6)) == 3   # mixed broadcast: one launch per outer index
+
+
+def test_3xtf32_plans_repeat_every_launch_per_outer_index(rng):
+    """A 3xTF32 GEMM plan is three launches (split A, split B, the product): a mixed broadcast repeats all three
+    for each outer index on that index's matrices, one after another in one workspace."""
+    sa, sb = (3, 1, 400, 8), (1, 2, 8, 404)   # 400 x 404: wide enough for the split to pay (gemm_wgmma.narrow)
+    a, b = rng.standard_normal(sa), rng.standard_normal(sb)
+    ref = np.matmul(a, b)
+    tensors = (fake(sa, ptr=1 << 24), fake(sb, ptr=2 << 24), fake(ref.shape, ptr=3 << 24))
+    plan = matmul.FAMILY.default_plan(cuopjit.MatMulFloat().problem(*tensors),
+                                      make_config(precision="3xtf32").snapshot(), SM90)
+    assert [kl.spec.kernel for kl in plan.launches] == ["tf32_split", "tf32_split", "gemm_wgmma"] * 3
+    bufs = [a.ravel().copy(), b.ravel().copy(), np.full(ref.size, np.nan), np.full(plan.workspace // 4, np.nan)]
+    blas_emulate.run(plan, bufs, 4)
+    assert np.allclose(bufs[2].reshape(ref.shape), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_2d_matmul_is_the_gemm_plan():

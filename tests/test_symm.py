@@ -13,8 +13,9 @@ import cuopjit
 from cuopjit.ops import symm
 from cuopjit.target import named
 
+import blas_emulate
 from blas_emulate import fake, run_operator, set_fake_weight
-from conftest import build_once, check_guards, family_plans, guarded
+from conftest import build_once, check_guards, family_plans, guarded, make_config
 
 DTYPES = [np.float32, np.float64]
 SM90 = named("sm_90")
@@ -53,6 +54,26 @@ def test_plans_read_one_triangle_and_compute_the_product(rng, side, uplo):
     out = run_operator(op, [b, c], SM90)[2].reshape(m, n)
     ref = 1.5 * (b @ s if side else s @ b) + 0.5 * c
     assert np.allclose(out, ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("side", [0, 1])
+def test_3xtf32_runs_every_launch_of_the_gemm_plan_on_the_filled_matrix(rng, side):
+    """Under precision='3xtf32' the product is three launches (split A, split B, wgmma): after the fill, all
+    three run on W, B and C, in the GEMM's part of the workspace (a product wide enough for the split to pay)."""
+    m, n = 400, 432
+    d = n if side else m
+    s, stored = _symmetric(rng, d, True)
+    op = _op(np.float32, side, 1, 1.5, 0.0)
+    set_fake_weight(op, stored)
+    problem = op.problem(fake([m, n], "float32", ptr=1 << 30), fake([m, n], "float32", ptr=1 << 31))
+    plan = symm.FAMILY.default_plan(problem, make_config(precision="3xtf32").snapshot(), SM90)
+    assert [kl.spec.kernel for kl in plan.launches] == ["symm_fill", "tf32_split", "tf32_split", "gemm_wgmma"]
+    b = rng.standard_normal((m, n))
+    bufs = [stored.ravel().copy(), b.ravel().copy(), np.full(m * n, np.nan), np.full(plan.workspace // 4, np.nan)]
+    blas_emulate.run(plan, bufs, 4)
+    # hi + lo carries x to 2^-21 relative: each product to 2^-20 of |s| |b| (the emulation sums in float64)
+    bound = 2.0 ** -20 * 1.5 * (np.abs(b) @ np.abs(s) if side else np.abs(s) @ np.abs(b))
+    assert np.all(np.abs(bufs[2].reshape(m, n) - 1.5 * (b @ s if side else s @ b)) <= bound)
 
 
 def test_modes_as_ints_and_words():

@@ -167,7 +167,8 @@ def _tile(problem: GemmProblem, cfg: ConfigSnapshot, mma: bool, target: Target) 
 
 def uses_wgmma(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> bool:
     """float32 on an sm_90 target with tensor cores allowed (enable_tensor_core, enable_tma, kernel_type
-    "tensor_core") or asked for by precision="3xtf32", where the wgmma kernel takes the problem."""
+    "tensor_core") or asked for by precision="3xtf32", where the wgmma kernel takes the problem (3xTF32: and
+    the product is not too narrow for its split to pay, gemm_wgmma.narrow)."""
     if problem.dtype == "float64" and cfg.precision != "tf32":
         raise ValueError(f"GEMM precision={cfg.precision!r} applies to float32 tensor-core products; float64 is "
                          "exact on every kernel: leave precision='tf32' (the default)")
@@ -177,7 +178,9 @@ def uses_wgmma(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> boo
               or uses_tensor_cores(cfg.kernel_type, cfg.enable_tensor_core, problem.dtype))
     # A block_size or tile_size only the mma.sync kernel has names that kernel.
     buildable = cfg.block_size in (0, 256) and cfg.tile_size in (0, *gemm_wgmma.WIDTHS[1:])
-    return wanted and buildable and gemm_wgmma.why_not(problem, target) is None
+    split = cfg.precision == "3xtf32"
+    return (wanted and buildable and gemm_wgmma.why_not(problem, target, split) is None
+            and not (split and gemm_wgmma.narrow(problem)))
 
 
 def choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list:

@@ -18,8 +18,9 @@ How JITConfig reaches this kernel: tile_size is the N of each wgmma instruction 
 QN / N instructions side by side (a 64 x 32 tile would read 196 MB from L2 at 1000³, more than L2
 delivers in cuBLAS's time); block_size 256 runs one consumer warpgroup (64-row tiles, two blocks
 per SM), 0 two (128-row tiles);
-precision "3xtf32" splits every operand into big + small TF32 parts (float32-grade error);
-enable_loop_unroll unrolls the TMA box loop (MN-major P) and the 3xTF32 split loop (the k-step and
+precision "3xtf32" first splits both operands into TF32 hi + lo parts, K-major (gemm_split.py), then
+runs three products per k-step on them (float32-grade error; every layout, A^T @ B included);
+enable_loop_unroll unrolls the TMA box loop (MN-major P) and the split kernel's loop (the k-step and
 epilogue loops index register arrays and are always unrolled); the other switches name SIMT/mma.sync code paths
 (coalescing, padding) that TMA and the swizzled layout replace.
 """
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from .. import kernels
 from ..plan import KernelLaunch, Plan, i32, i64, ptr, scalar
 from ..target import Target
+from . import gemm_split
 from .base import cdiv
 
 TEMPLATE = "gemm_wgmma.cu.jinja"
@@ -40,8 +42,10 @@ AUTO = ((2, 256), (2, 128), (2, 64), (1, 128), (1, 64))   # (consumers, QN) the 
 FILL = 0.9                           # a tile count "fills" the GPU from 90% of its SMs (1000³: 128 tiles of 128 x 64)
 SHORT_K = 256                        # K this short: one consumer, two blocks per SM (each hides the other's epilogue)
 MAX_STAGES = 6
-SPLIT_MAX = 64                       # widest wgmma N of the 3xTF32 kernel
-MAP_BYTES = 256                      # two 128-byte tensor maps per block, in the workspace
+SPLIT_MAX = 128                      # widest 3xTF32 tile: a k-tile's sum and the running total in 128 registers
+SPLIT_SIDE = 200                     # 3xTF32 is routed here from M N >= SPLIT_SIDE (M + N): the split moves
+                                     # 12 (M + N) K bytes against 2 M N K flops (33 x 4097 x 1000: 0.56x SGEMM, SIMT 0.67x)
+MAP_BYTES = 256                      # two 128-byte tensor maps (P, Q) per block in the workspace; 3xTF32: two pairs
 UNITS = {False: "TF32 tensor cores (wgmma)", True: "TF32 tensor cores, 3 products (wgmma 3xTF32)"}
 
 
@@ -91,29 +95,39 @@ def layout(trans_a: bool, trans_b: bool) -> tuple[bool, bool] | None:
     return None
 
 
-def why_not(problem, target: Target) -> str | None:
-    """Why this problem cannot run on the wgmma kernel (None: it can)."""
+def why_not(problem, target: Target, split: bool = False) -> str | None:
+    """Why this problem cannot run on the wgmma kernel (None: it can); `split`: as 3xTF32, whose operands are
+    prepared K-major, so every transpose layout runs."""
     if problem.dtype != "float32":
         return "wgmma TF32 is float32 only"
     if target.capability != 90:
         return f"wgmma needs an sm_90 GPU, not {target.arch}"
-    if not problem.aligned:
+    # 3xTF32 reads A and B through the split (any alignment) and writes C pair by pair only where aligned
+    if not problem.aligned and not split:
         return "TMA needs 16-byte aligned operands and leading dimensions"
-    if problem.batch > 1 and any(s % 4 for s in (problem.stride_a, problem.stride_b, problem.stride_c)):
+    if problem.batch > 1 and not split and any(s % 4 for s in (problem.stride_a, problem.stride_b, problem.stride_c)):
         return "TMA needs batch strides that are multiples of 16 bytes"
     if problem.batch * cdiv(problem.m, 16) * cdiv(problem.n, 16) >= 2 ** 31:
         return "more than 2^31 tiles"
     if problem.k == 0:
         return "K = 0 (C = beta * C) runs on the mma.sync kernel"
-    if layout(problem.trans_a, problem.trans_b) is None:
+    if split and problem.batch > 65535:
+        return "3xTF32 splits at most 65535 batch entries (one grid z each)"
+    if layout(problem.trans_a, problem.trans_b) is None and not split:
         return "A^T @ B has no K-major operand for wgmma's B"
     return None
 
 
+def narrow(problem) -> bool:
+    """A product too narrow for 3xTF32 to pay: splitting its operands costs more than the tensor cores save
+    over the exact SIMT kernel (gemm_kernels routes it there; a plan can still be built)."""
+    return problem.m * problem.n < SPLIT_SIDE * (problem.m + problem.n)
+
+
 def smem_bytes(consumers: int, qn: int, stages: int, split: bool) -> int:
-    """Dynamic shared memory: stages of (P, Q) k-tiles, 3 small-part buffers (3xTF32), barriers, maps, alignment."""
-    q = qn * BK * 4
-    return stages * (64 * consumers * BK * 4 + q) + (3 * q if split else 0) + 16 * stages + 2 * 128 + 128 + 1024
+    """Dynamic shared memory: stages of (P, Q) k-tiles (3xTF32: hi and lo of each), barriers, maps, alignment."""
+    parts = 2 if split else 1
+    return stages * parts * (64 * consumers + qn) * BK * 4 + 16 * stages + 2 * parts * 128 + 128 + 1024
 
 
 def smem_limit(target: Target, per_sm: int) -> int:
@@ -130,9 +144,9 @@ def stages_for(consumers: int, qn: int, split: bool, target: Target, per_sm: int
     return fit[-1]
 
 
-def tiles(problem, consumers: int, qn: int) -> int:
+def tiles(problem, consumers: int, qn: int, split: bool = False) -> int:
     """Block tiles of the whole launch (every batch entry) with 64 * consumers x qn tiles."""
-    p_is_a, _ = layout(problem.trans_a, problem.trans_b)
+    p_is_a = split or layout(problem.trans_a, problem.trans_b)[0]
     rows_p, rows_q = (problem.m, problem.n) if p_is_a else (problem.n, problem.m)
     return cdiv(rows_p, 64 * consumers) * cdiv(rows_q, qn) * problem.batch
 
@@ -153,12 +167,12 @@ def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
     pairs = [(c, q) for c, q in AUTO if (not cfg.block_size or c == consumers) and q >= cfg.tile_size]
     if not pairs:
         pairs = [(consumers, cfg.tile_size or 64)]
-    if split:   # three accumulators fit the 168-register cap up to 64 wide
-        pairs = [(c, min(q, SPLIT_MAX)) for c, q in pairs]
+    if split:   # a k-tile's sum and the running total fit up to 128 wide, the widest tiles first
+        pairs = sorted(dict.fromkeys((c, min(q, SPLIT_MAX)) for c, q in pairs), key=lambda p: -p[1])
     pairs = list(dict.fromkeys(pairs))
     if problem.k <= SHORT_K and not split:
         pairs.sort(key=lambda p: p[0] != 1)
-    first = next((p for p in pairs if tiles(problem, *p) >= FILL * target.sm_count), pairs[-1])
+    first = next((p for p in pairs if tiles(problem, *p, split) >= FILL * target.sm_count), pairs[-1])
     switches = {"split": split, "unroll": cfg.enable_loop_unroll, "opts": kernels.compile_opts(cfg),
                 "ni": cfg.tile_size if cfg.tile_size < first[1] else 0}
     found = [build(*first, target, **switches)]
@@ -179,14 +193,15 @@ def build(consumers: int, qn: int, target: Target, split: bool, **switches) -> W
 
 
 def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
-    """One persistent launch over A, B, C and a workspace of one pair of tensor maps per block."""
-    reason = why_not(problem, target)
+    """One persistent launch over A, B, C and a workspace of one pair of tensor maps per block; 3xTF32 first
+    splits A and B into the workspace (two launches) and the wgmma kernel reads the parts from there."""
+    reason = why_not(problem, target, choice.split)
     if reason:
         raise ValueError(f"GEMM cannot run on the wgmma kernel: {reason}")
     if choice.split and choice.qn > SPLIT_MAX:
-        raise ValueError(f"GEMM 3xTF32 wgmma tiles are at most {SPLIT_MAX} wide (three accumulators in 168 "
-                         f"registers), not {choice.qn}: choose tile_size {SPLIT_MAX} or less")
-    p_is_a, p_kmajor = layout(problem.trans_a, problem.trans_b)
+        raise ValueError(f"GEMM 3xTF32 wgmma tiles are at most {SPLIT_MAX} wide (a k-tile's sum and the running "
+                         f"total in registers), not {choice.qn}: choose tile_size {SPLIT_MAX} or less")
+    p_is_a, p_kmajor = (True, True) if choice.split else layout(problem.trans_a, problem.trans_b)
     if choice.instr_n not in WIDTHS or choice.qn % choice.instr_n:
         raise ValueError(f"GEMM wgmma ni={choice.ni}: each instruction's N must be one of {WIDTHS} and divide the "
                          f"tile width {choice.qn}: choose tile_size {choice.qn} or a smaller power of two")
@@ -194,21 +209,37 @@ def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
         raise ValueError(f"GEMM wgmma per_sm={choice.per_sm}: two blocks per SM need one consumer warpgroup, "
                          "TF32 and a tile at most 128 wide (128 registers per thread): use per_sm=1")
     regs = {(2, 1): 232, (1, 1): 240, (1, 2): 216}[choice.consumers, choice.per_sm]
+    # float2 stores of C: only 3xTF32 takes unaligned C or odd batch strides (TF32 refuses them in why_not)
+    pairs = problem.aligned and (problem.batch == 1 or problem.stride_c % 4 == 0)
     params = {
         "scalar_t": "float", "unroll": choice.unroll, "PM": choice.pm, "QN": choice.qn, "STAGES": choice.stages,
         "CONSUMERS": choice.consumers, "GROUP": choice.group, "SPLIT": choice.split, "P_IS_A": p_is_a,
-        "NI": choice.instr_n, "P_KMAJOR": p_kmajor, "P_REGS": choice.split or not p_kmajor,
+        "NI": choice.instr_n, "P_KMAJOR": p_kmajor, "P_REGS": not p_kmajor,
         "MIN_BLOCKS": choice.per_sm, "SETMAXNREG": True, "CONSUMER_REGS": regs, "BATCHED": problem.batch > 1,
+        "C_PAIRS": pairs,
     }
-    ops = ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
-    name = f"gemm_f32_{choice.label}_{ops}" + ("_batched" if problem.batch > 1 else "")
+    # 3xTF32 multiplies the K-major parts (P = A, Q = B^T) whatever the layout the operands are stored in
+    ops = "nt" if choice.split else ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
+    name = (f"gemm_f32_{choice.label}_{ops}" + ("" if pairs else "_unaligned")
+            + ("_batched" if problem.batch > 1 else ""))
     spec = kernels.make_spec(TEMPLATE, "gemm_wgmma", name, params, choice.opts, arch_specific=True)
-    grid = min(tiles(problem, choice.consumers, choice.qn), target.sm_count * choice.per_sm)
-    args = (ptr(0), ptr(1), ptr(2), ptr(3), i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
-            i32(problem.ldb), i32(problem.ldc), scalar("float32", problem.alpha), scalar("float32", problem.beta))
+    grid = min(tiles(problem, choice.consumers, choice.qn, choice.split), target.sm_count * choice.per_sm)
+    maps = grid * MAP_BYTES * (2 if choice.split else 1)
+    scalars = (scalar("float32", problem.alpha), scalar("float32", problem.beta))
+    shared = smem_bytes(choice.consumers, choice.qn, choice.stages, choice.split)
+    if not choice.split:
+        args = (ptr(0), ptr(1), ptr(2), ptr(3), i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
+                i32(problem.ldb), i32(problem.ldc), *scalars)
+        if problem.batch > 1:
+            args += (i64(problem.stride_a), i64(problem.stride_b), i64(problem.stride_c), i32(problem.batch))
+        launch = KernelLaunch(spec, (grid,), (choice.threads,), args, shared=shared, units=UNITS[False])
+        return Plan((launch,), ("a", "b", "c"), workspace=maps, choice=choice.label)
+    lay = gemm_split.SplitLayout.of(problem, maps)
+    args = (ptr(3, lay.p_hi), ptr(3, lay.q_hi), ptr(2), ptr(3), i32(problem.m), i32(problem.n), i32(problem.k),
+            i32(lay.ld), i32(lay.ld), i32(problem.ldc), *scalars)
     if problem.batch > 1:
-        args += (i64(problem.stride_a), i64(problem.stride_b), i64(problem.stride_c), i32(problem.batch))
-    launch = KernelLaunch(spec, (grid,), (choice.threads,), args,
-                          shared=smem_bytes(choice.consumers, choice.qn, choice.stages, choice.split),
-                          units=UNITS[choice.split])
-    return Plan((launch,), ("a", "b", "c"), workspace=grid * MAP_BYTES, choice=choice.label)
+        args += (i64(lay.stride_p), i64(lay.stride_q), i64(problem.stride_c), i32(problem.batch))
+    args += (i64(lay.lo_p), i64(lay.lo_q))
+    prep = gemm_split.launches(problem, lay, choice.unroll, choice.opts, 3)
+    launch = KernelLaunch(spec, (grid,), (choice.threads,), args, shared=shared, units=UNITS[True])
+    return Plan((*prep, launch), ("a", "b", "c"), workspace=lay.end, choice=choice.label)

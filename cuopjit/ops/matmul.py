@@ -37,15 +37,18 @@ class MatMulProblem:
 
 
 def retarget(launch: KernelLaunch, pointers: tuple, workspace: Arg | None = None) -> KernelLaunch:
-    """A GEMM plan's launch run on other A, B, C pointers (`ptr` args with offsets). `workspace` (a `ptr`)
-    moves the GEMM plan's own workspace (its pointer index 3) into the caller's plan; other arguments kept."""
-    if len(launch.args) < 3 or any(a.kind != "ptr" for a in launch.args[:3]):
-        raise ValueError(f"{launch.spec.name}: a GEMM launch must take A, B, C as its first three pointer "
-                         "arguments to run on sub-matrices")
-    rest = tuple(ptr(workspace.value, workspace.offset + a.offset)
-                 if workspace is not None and a.kind == "ptr" and a.value == GEMM_WORKSPACE else a
-                 for a in launch.args[3:])
-    return dataclasses.replace(launch, args=(*pointers, *rest))
+    """A GEMM plan's launch run on other A, B, C pointers: each `ptr` argument naming operand 0, 1 or 2 moves
+    to pointers[i] (offsets add up); `workspace` (a `ptr`) moves the GEMM plan's own workspace (pointer
+    index 3) into the caller's plan. Other arguments are kept."""
+    def move(a: Arg) -> Arg:
+        if a.kind != "ptr":
+            return a
+        if a.value < 3:
+            return ptr(pointers[a.value].value, pointers[a.value].offset + a.offset)
+        if workspace is not None and a.value == GEMM_WORKSPACE:
+            return ptr(workspace.value, workspace.offset + a.offset)
+        return a
+    return dataclasses.replace(launch, args=tuple(move(a) for a in launch.args))
 
 
 def choices(problem: MatMulProblem, cfg: ConfigSnapshot, target: Target) -> list:
@@ -54,14 +57,14 @@ def choices(problem: MatMulProblem, cfg: ConfigSnapshot, target: Target) -> list
 
 
 def plan(problem: MatMulProblem, choice: gemm_kernels.GemmChoice, target: Target) -> Plan:
-    """The GEMM plan of the batched problem; one launch per outer index (one in all but mixed broadcasts)."""
+    """The GEMM plan of the batched problem; its launches once per outer index (once in all but mixed
+    broadcasts; the repeats run one after another, so they share the GEMM plan's workspace)."""
     base = gemm_kernels.plan(problem.gemm, choice, target)
     if problem.outer == ((0, 0, 0),):
         return base
-    (launch,) = base.launches
     size = np.dtype(problem.dtype).itemsize
     launches = [retarget(launch, tuple(ptr(i, off * size) for i, off in enumerate(offsets)))
-                for offsets in problem.outer]
+                for offsets in problem.outer for launch in base.launches]
     return Plan(tuple(launches), base.operands, workspace=base.workspace, choice=base.choice)
 
 

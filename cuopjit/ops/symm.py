@@ -54,7 +54,7 @@ def choices(problem: SymmProblem, cfg: ConfigSnapshot, target: Target) -> list:
 
 
 def plan(problem: SymmProblem, choice: gemm_kernels.GemmChoice, target: Target) -> Plan:
-    """symm_fill (A = operand 0 -> workspace), then the GEMM on W, B (1) and C (2)."""
+    """symm_fill (A = operand 0 -> workspace), then the GEMM plan's launches on W, B (1) and C (2)."""
     dtype = np.dtype(problem.dtype)
     d = problem.dim
     name = f"symm_fill_{dtype_tag(dtype)}_{'upper' if problem.upper else 'lower'}"
@@ -62,12 +62,11 @@ def plan(problem: SymmProblem, choice: gemm_kernels.GemmChoice, target: Target) 
                                                             "upper": problem.upper}, choice.opts)
     units = "FP32 cores" if dtype == np.float32 else "FP64 cores"
     fill = KernelLaunch(spec, (cdiv(d, 32), cdiv(d, 32)), (256,), (ptr(0), ptr(3), i32(d)), units=units)
-    gemm = gemm_kernels.plan(problem.gemm(), choice, target)
-    (product,) = gemm.launches
+    gemm = gemm_kernels.plan(problem.gemm(), choice, target)   # one launch, or more (3xTF32: split, then wgmma)
     operands = (ptr(1), ptr(3), ptr(2)) if problem.right else (ptr(3), ptr(1), ptr(2))
     filled = cdiv(d * d * dtype.itemsize, 256) * 256     # the GEMM plan's own workspace follows W
-    return Plan((fill, retarget(product, operands, ptr(3, filled))), ("a", "b", "c"),
-                workspace=filled + gemm.workspace, choice=choice.label)
+    product = tuple(retarget(launch, operands, ptr(3, filled)) for launch in gemm.launches)
+    return Plan((fill, *product), ("a", "b", "c"), workspace=filled + gemm.workspace, choice=choice.label)
 
 
 def problems() -> list[SymmProblem]:

@@ -172,7 +172,7 @@ def plan(problem: TrsmProblem, choice: TrsmChoice, target: Target) -> Plan:
             pointers = (ptr(0, off * size), ptr(2, d0 * p.n * size), ptr(2, t0 * p.n * size))
         gemm = gemm_kernels.FAMILY.default_plan(g, choice.config, target)
         workspace.append(gemm.workspace)   # GEMM launches run one after another: they share one workspace
-        launches.append(retarget(gemm.launches[0], pointers, ptr(3, inverses)))
+        launches.extend(retarget(launch, pointers, ptr(3, inverses)) for launch in gemm.launches)
 
     def solve(lo: int, hi: int) -> None:
         if hi - lo <= nb:

@@ -27,6 +27,7 @@ from .. import kernels
 from ..plan import KernelLaunch, Plan, i32, i64, ptr
 from ..target import Target
 from .base import cdiv
+from .gemm_wgmma import Warpgroups
 
 TEMPLATE = "conv2d_wgmma.cu.jinja"
 BK = 32
@@ -44,7 +45,7 @@ UNITS = {False: "TF32 tensor cores (wgmma)", True: "TF32 tensor cores, 3 product
 
 
 @dataclass(frozen=True)
-class WgmmaConvChoice:
+class WgmmaConvChoice(Warpgroups):
     """One build: consumer warpgroups, pixel tile QN = BW columns x QN / BW rows, stages, precision (3xTF32: the
     input's lo parts from a copy, or made in shared memory), switches."""
     consumers: int
@@ -57,14 +58,6 @@ class WgmmaConvChoice:
     pad: bool = True
     coalesce: bool = True
     opts: kernels.CompileOpts = kernels.DEFAULT_OPTS
-
-    @property
-    def pm(self) -> int:
-        return 64 * self.consumers
-
-    @property
-    def threads(self) -> int:
-        return 128 * (self.consumers + 1)
 
     @property
     def label(self) -> str:

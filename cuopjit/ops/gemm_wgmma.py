@@ -49,8 +49,21 @@ MAP_BYTES = 256                      # two 128-byte tensor maps (P, Q) per block
 UNITS = {False: "TF32 tensor cores (wgmma)", True: "TF32 tensor cores, 3 products (wgmma 3xTF32)"}
 
 
+class Warpgroups:
+    """The block of a wgmma kernel: one producer warpgroup and `consumers` consumer warpgroups of 64 rows each."""
+    consumers: int
+
+    @property
+    def pm(self) -> int:
+        return 64 * self.consumers
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + 1)
+
+
 @dataclass(frozen=True)
-class WgmmaChoice:
+class WgmmaChoice(Warpgroups):
     """One build of the wgmma kernel: consumer warpgroups, tile width qn, stages, tile-order band, precision;
     `ni`: the N of each wgmma instruction (0: qn, one instruction per k-step); `per_sm`: blocks per SM
     (2 only with one consumer: two tiles in flight per SM)."""
@@ -67,14 +80,6 @@ class WgmmaChoice:
     @property
     def instr_n(self) -> int:
         return self.ni or self.qn
-
-    @property
-    def pm(self) -> int:
-        return 64 * self.consumers
-
-    @property
-    def threads(self) -> int:
-        return 128 * (self.consumers + 1)
 
     @property
     def label(self) -> str:

@@ -26,6 +26,15 @@ def run(plan, buffers: list[np.ndarray], itemsize: int) -> None:
 
 
 def _gemm(params, kl, v, bufs) -> None:
+    if params.get("split_k"):     # slice z: K columns from z * chunk, its product into C + z * stride_c
+        (ia, oa), (ib, ob), (ic, oc), m, n, k, lda, ldb, ldc, alpha, beta, chunk, stride_c = v
+        one = {**params, "split_k": False}
+        for z in range(kl.grid[2]):
+            a_off = oa + z * chunk * (lda if params["trans_a"] else 1)
+            b_off = ob + z * chunk * (1 if params["trans_b"] else ldb)
+            _gemm(one, kl, [(ia, a_off), (ib, b_off), (ic, oc + z * stride_c), m, n, min(k - z * chunk, chunk),
+                            lda, ldb, ldc, alpha, beta], bufs)
+        return
     (ia, oa), (ib, ob), (ic, oc), m, n, k, lda, ldb, ldc, alpha, beta = v[:11]
     batch, sa, sb, sc = (v[14], v[11], v[12], v[13]) if params.get("batched") else (1, 0, 0, 0)
     swap = params.get("swap", False)   # the kernel trades A and B (and M, N) and writes its product transposed
@@ -196,3 +205,10 @@ def _gemm_wgmma(params, kl, v, bufs) -> None:
             product = a_lo @ b + a @ b_lo + product
         c = _view(bufs[ic], oc + z * sc, m, n, ldc)
         c[...] = alpha * product + (beta * c if beta else 0.0)
+
+
+def _splitk_reduce(params, kl, v, bufs) -> None:
+    (ip, op), (ic, oc), m, n, ldc, splits, beta = v
+    total = bufs[ip][op:op + splits * m * n].reshape(splits, m, n).sum(axis=0)
+    c = _view(bufs[ic], oc, m, n, ldc)
+    c[...] = total + (beta * c if beta else 0.0)

@@ -18,6 +18,7 @@ from cuopjit.ops import gemm_shapes as shapes
 from cuopjit.settings import DEFAULT
 from cuopjit.target import named
 
+import blas_emulate
 from conftest import check_guards, guarded, make_config, rel_error
 
 DTYPES = [np.float32, np.float64]
@@ -258,7 +259,7 @@ def test_bad_kernel_type_and_dtype_raise():
         gk.choices(gk.packed("float16", 8, 8, 8), JITConfig().snapshot(), SM90)
 
 
-@pytest.mark.parametrize("field, value", [("cluster", (2, 1)), ("split_k", 4)])
+@pytest.mark.parametrize("field, value", [("cluster", (2, 1))])
 def test_plan_refuses_what_the_template_cannot_build_yet(field, value):
     choice = dataclasses.replace(gk.GemmChoice(shapes.TUNED["float32", False][0]), **{field: value})
     assert f"_{field}" in choice.label
@@ -267,6 +268,37 @@ def test_plan_refuses_what_the_template_cannot_build_yet(field, value):
         gk.plan(gk.packed("float32", 64, 64, 64), choice, SM90)
     with pytest.raises(ValueError, match="cannot build float32 SIMT shape t64x64x8_r3x3: the thread tile 3 x 3"):
         gk.plan(gk.packed("float32", 64, 64, 64), gk.GemmChoice(shapes.Shape(False, 64, 64, 8, 3, 3)), SM90)
+
+
+@pytest.mark.parametrize("m, n, k, trans_a, trans_b, split, slices", [
+    (33, 4097, 1000, False, False, 4, 4), (70, 90, 20, True, True, 4, 2), (64, 64, 1001, True, False, 8, 8)])
+def test_split_k_plans_sum_their_slices(rng, m, n, k, trans_a, trans_b, split, slices):
+    """split_k slices K into whole k-tiles (fewer slices where K is short): each slice's product goes to the
+    workspace, then one launch adds them into C with beta (C NaN where beta is 0 never read)."""
+    shape = shapes.TUNED["float32", False][0]
+    choice = dataclasses.replace(gk.GemmChoice(shape), split_k=split)
+    for beta in (0.0, 0.5):
+        problem = gk.packed("float32", m, n, k, trans_a, trans_b, aligned=False, alpha=1.5, beta=beta)
+        part, sums = gk.plan(problem, choice, SM90).launches
+        assert part.grid[2] == slices and part.spec.name.endswith("_splitk") and sums.spec.kernel == "splitk_reduce"
+        a = rng.standard_normal((k, m) if trans_a else (m, k))
+        b = rng.standard_normal((n, k) if trans_b else (k, n))
+        c = rng.standard_normal((m, n)) if beta else np.full((m, n), np.nan)
+        plan = gk.plan(problem, choice, SM90)
+        bufs = [a.ravel().copy(), b.ravel().copy(), c.ravel().copy(), np.full(plan.workspace // 4, np.nan)]
+        blas_emulate.run(plan, bufs, 4)
+        ref = 1.5 * ((a.T if trans_a else a) @ (b.T if trans_b else b)) + (beta * c if beta else 0.0)
+        assert np.allclose(bufs[2].reshape(m, n), ref, rtol=1e-12, atol=1e-12)
+        assert plan.workspace == slices * m * n * 4
+
+
+def test_split_k_is_built_for_single_problems_on_the_one_stage_kernel():
+    for problem, fields in ((gk.GemmProblem("float32", 8, 8, 64, False, False, True, 1.0, 0.0, 64, 8, 8, batch=2,
+                                            stride_a=512, stride_b=512, stride_c=64), {}),
+                            (gk.packed("float64", 64, 64, 64), {"stages": 4})):
+        choice = dataclasses.replace(gk.GemmChoice(shapes.TUNED[problem.dtype, bool(fields)][0]), split_k=2, **fields)
+        with pytest.raises(ValueError, match=r"split_k=2 is built for one problem \(not a batch\) on the one-stage"):
+            gk.plan(problem, choice, SM90)
 
 
 DMMA128 = shapes.Shape(True, 128, 128, 16, 2, 4)
@@ -388,6 +420,20 @@ def _run(rng, dtype, m, n, k, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
     check_guards(c)
     _assert_within_bound(c.to_numpy(), a, b, c0, trans_a, trans_b, alpha, beta, dtype, k, tf32)
     return profile
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mma", [False, True], ids=["simt", "mma"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m, n, k, trans_a, trans_b, alpha, beta, split", [
+    (33, 4097, 1000, False, False, 1.0, 0.0, 3), (256, 256, 4096, True, True, -0.5, 1.5, 12),
+    (7, 33, 1001, False, True, 2.0, -1.0, 16), (1000, 1000, 1000, True, False, 1.0, 0.5, 3)])
+def test_split_k_matches_numpy(rng, dtype, m, n, k, trans_a, trans_b, alpha, beta, split, mma):
+    """Split-K plans of the one-stage kernel (slices of K into the workspace, then their sum with beta)."""
+    name = np.dtype(dtype).name
+    shape = next(t for t in shapes.TUNED[name, mma] if shapes.why_not(t, name, 1) is None)   # one-stage builds
+    choice = gk.GemmChoice(shape, split_k=split)
+    _run(rng, dtype, m, n, k, trans_a, trans_b, alpha, beta, choice=choice, tf32=mma and dtype == np.float32)
 
 
 @pytest.mark.gpu

@@ -56,7 +56,7 @@ def test_float32_tensor_cores_on_sm90_are_wgmma(fields, target):
     (gk.packed("float64", 512, 512, 512), {"enable_tensor_core": True}, "float64"),
 ])
 def test_what_wgmma_cannot_take_runs_on_mma_sync(problem, fields, why):
-    (launch,) = gk.FAMILY.default_plan(problem, make_config(**fields).snapshot(), SM90).launches
+    launch = gk.FAMILY.default_plan(problem, make_config(**fields).snapshot(), SM90).launches[0]
     assert "mma.sync" in launch.units, why
 
 
@@ -118,7 +118,7 @@ def test_3xtf32_without_wgmma_is_the_exact_simt_kernel_and_float64_refuses_it():
     assert main.spec.name.endswith("_3xtf32_nt_unaligned") and not dict(main.spec.params)["C_PAIRS"]
     for m, n in ((33, 4097), (7, 7), (256, 256)):
         assert gw.narrow(gk.packed("float32", m, n, 1000))
-        (launch,) = gk.FAMILY.default_plan(gk.packed("float32", m, n, 1000), cfg, SM90).launches
+        launch = gk.FAMILY.default_plan(gk.packed("float32", m, n, 1000), cfg, SM90).launches[0]
         assert launch.units == "FP32 cores (SIMT)"
     assert not gw.narrow(gk.packed("float32", 400, 400, 1000))
     with pytest.raises(ValueError, match=r"GEMM precision='3xtf32' applies to float32 .* leave precision='tf32'"):

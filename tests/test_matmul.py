@@ -86,7 +86,7 @@ def test_batch_past_the_grid_z_limit_folds_into_x():
 
 
 def test_unbatched_gemm_specs_do_not_change():
-    (kl,) = gk.FAMILY.default_plan(gk.packed("float32", 256, 256, 256), make_config().snapshot(), SM90).launches
+    (kl,) = gk.FAMILY.default_plan(gk.packed("float32", 2048, 2048, 2048), make_config().snapshot(), SM90).launches
     assert "batched" not in dict(kl.spec.params) and len(kl.args) == 11 and kl.grid[2] == 1
 
 

@@ -44,6 +44,7 @@ optimization_level and max_registers reach NVRTC. With tile_size and block_size 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,8 +66,9 @@ UNITS = {("float32", False): "FP32 cores (SIMT)", ("float64", False): "FP64 core
 ASYNC_TEMPLATE = "gemm_async.cu.jinja"
 RASTERS = ("row", "grouped")
 # Choice fields for what the templates cannot build yet: (field, the only value they build, what it does).
-_BUILT = (("cluster", (1, 1), "no thread-block clusters"),
-          ("split_k", 1, "one block per output tile, no split-K"))
+_BUILT = (("cluster", (1, 1), "no thread-block clusters"),)
+REDUCE_TEMPLATE = "splitk_reduce.cu.jinja"
+SPLIT_BELOW, SPLIT_WARPS, SPLIT_MIN_K = 5, 12, 256     # split-K: warps per SM below which, and up to which
 # Label spellings of the pipeline fields away from their defaults.
 _PIPELINE = (("stages", 1), ("raster", "row"), ("cluster", (1, 1)), ("split_k", 1))
 
@@ -209,8 +211,27 @@ def choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list:
     switches = {"pad": cfg.enable_shared_memory_opt, "unroll": cfg.enable_loop_unroll,
                 "coalesce": cfg.enable_memory_coalescing, "opts": kernels.compile_opts(cfg)}
     made = [GemmChoice(s, **pipeline(problem.dtype, s, target), **switches) for s in found]
+    if not cfg.tile_size and not cfg.block_size and cfg.kernel_type != "simple":
+        splits = split_for(problem, made[0], target)
+        if splits > 1:                  # the unsplit build stays a tuning candidate
+            made.insert(0, dataclasses.replace(made[0], split_k=splits))
     # Tuning candidates this target cannot hold (shared memory) drop out; the first choice always stays.
     return made[:1] + [c for c in made[1:] if shapes.why_not(c.shape, problem.dtype, c.stages) is None]
+
+
+def split_for(problem: GemmProblem, choice: GemmChoice, target: Target) -> int:
+    """The heuristic's split-K for `choice`: a single problem on the one-stage kernel whose tiles give the SMs
+    fewer than SPLIT_BELOW warps each is cut into K slices (at least SPLIT_MIN_K long, at most 16) until about
+    SPLIT_WARPS warps per SM run. H100, float32 SIMT: 33 x 4097 x 1000 7.3 -> 8.6-9.1 TFLOP/s, 1000³ 23 -> 29,
+    256 x 256 x 4096 4.1 -> 17-18; where tiles already fill the SMs (2048³, 4096² x 1000) splitting lost 10-25%,
+    and TRSM's updates (K 128-512, about 8 warps per SM) lost more to the reduction than they gained (-7%)."""
+    if choice.stages > 1 or problem.batch > 1:
+        return 1
+    s = choice.shape
+    warps = cdiv(problem.m, s.bm) * cdiv(problem.n, s.bn) * (s.threads // 32) / target.sm_count
+    if warps >= SPLIT_BELOW:
+        return 1
+    return max(1, min(16, round(SPLIT_WARPS / warps), problem.k // SPLIT_MIN_K))
 
 
 def pipeline(dtype: str, s: shapes.Shape, target: Target) -> dict:
@@ -246,13 +267,16 @@ def plan(problem: GemmProblem, choice, target: Target) -> Plan:
         params["swap"] = True
     if problem.batch > 1:
         params["batched"] = True
+    splits, chunk = split_k(problem, choice)
+    if splits > 1:
+        params["split_k"] = True
     ops = ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
     kind = f"{'tf32' if name == 'float32' else 'dmma'}_{s.layout}" if s.mma else s.layout
     depth = f"_s{choice.stages}" if choice.stages > 1 else ""
     readable = (f"gemm_{dtype_tag(dtype)}_t{s.bm}x{s.bn}x{s.bk}_{kind}{depth}_{ops}_v{vec}"
                 + ("" if choice.pad else "_nopad") + ("" if choice.unroll else "_nounroll")
                 + ("" if choice.raster == "row" else f"_{choice.raster}") + ("_swap" if swap else "")
-                + ("_batched" if problem.batch > 1 else ""))
+                + ("_batched" if problem.batch > 1 else "") + ("_splitk" if splits > 1 else ""))
     shared = 0
     if choice.stages > 1:
         shared = shapes.async_smem(s, name, choice.stages)
@@ -269,8 +293,31 @@ def plan(problem: GemmProblem, choice, target: Target) -> Plan:
         params["min_blocks"] = 2 if name == "float32" and s.threads == 256 and (vec > 1 or s.mma) else 1
         params.update({"WARPS_M": s.tm, "WARPS_N": s.tn, "WARPS_K": s.wk} if s.mma else {"TM": s.tm, "TN": s.tn})
         spec = kernels.make_spec(TEMPLATE, "gemm", readable, params, choice.opts)
-    return Plan((launch(problem, spec, s, (ptr(0), ptr(1), ptr(2)), shared, swap),), ("a", "b", "c"),
-                choice=choice.label)
+    if splits == 1:
+        return Plan((launch(problem, spec, s, (ptr(0), ptr(1), ptr(2)), shared, swap),), ("a", "b", "c"),
+                    choice=choice.label)
+    # Split-K: the partial products (alpha applied, beta 0) into the workspace, M x N each, then their sum.
+    size = problem.m * problem.n
+    part = launch(dataclasses.replace(problem, ldc=problem.n, beta=0.0), spec, s, (ptr(0), ptr(1), ptr(3)))
+    part = dataclasses.replace(part, grid=(*part.grid[:2], splits), args=(*part.args, i32(chunk), i64(size)))
+    reduce = kernels.make_spec(REDUCE_TEMPLATE, "splitk_reduce", f"gemm_splitk_reduce_{dtype_tag(dtype)}",
+                               {"scalar_t": scalar_t(dtype), "unroll": choice.unroll}, choice.opts)
+    sums = KernelLaunch(reduce, (min(cdiv(size, 256), 8 * target.sm_count),), (256,),
+                        (ptr(3), ptr(2), i32(problem.m), i32(problem.n), i32(problem.ldc), i32(splits),
+                         scalar(dtype, problem.beta)), units=UNITS[problem.dtype, False])
+    return Plan((part, sums), ("a", "b", "c"), workspace=splits * size * dtype.itemsize, choice=choice.label)
+
+
+def split_k(problem: GemmProblem, choice: GemmChoice) -> tuple[int, int]:
+    """(slices, K columns per slice) of `choice.split_k` on this problem: slices of whole k-tiles, at most
+    split_k of them (fewer where K is short); (1, K) without split-K."""
+    if choice.split_k == 1 or problem.k == 0:
+        return 1, problem.k
+    if choice.split_k < 1 or choice.stages > 1 or problem.batch > 1:
+        raise ValueError(f"GEMM split_k={choice.split_k} is built for one problem (not a batch) on the one-stage "
+                         "kernel (stages=1), at least 1: use split_k=1 there")
+    chunk = cdiv(cdiv(problem.k, choice.split_k), choice.shape.bk) * choice.shape.bk
+    return cdiv(problem.k, chunk), chunk
 
 
 def swapped(problem: GemmProblem, choice: GemmChoice, vec: int) -> bool:

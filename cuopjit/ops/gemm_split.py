@@ -61,8 +61,8 @@ def launches(problem, lay: SplitLayout, unroll: bool, opts: kernels.CompileOpts,
     made = []
     for operand, rows, transpose, ldx, stride_x, entries, hi, lo, stride_o in ops:
         name = f"tf32_split_{'t' if transpose else 'n'}" + ("" if unroll else "_nounroll")
-        spec = kernels.make_spec(TEMPLATE, "tf32_split", name, {"scalar_t": "float", "TRANSPOSE": transpose, "unroll": unroll}, opts,
-                                 arch_specific=True)
+        params = {"scalar_t": "float", "TRANSPOSE": transpose, "unroll": unroll}
+        spec = kernels.make_spec(TEMPLATE, "tf32_split", name, params, opts, arch_specific=True)
         args = (ptr(operand), ptr(workspace, hi), ptr(workspace, hi + 4 * lo), i32(rows), i32(problem.k), i32(ldx),
                 i32(lay.ld), i64(stride_x if entries > 1 else 0), i64(stride_o))
         made.append(KernelLaunch(spec, (cdiv(problem.k, TILE), cdiv(rows, TILE), entries), (TILE, ROWS), args,

@@ -20,10 +20,6 @@ TILE, ROWS = 32, 8
 ALIGN = 256
 
 
-def _up(n: int, to: int) -> int:
-    return -(-n // to) * to
-
-
 @dataclass(frozen=True)
 class SplitLayout:
     """Where the parts live in the plan's workspace (bytes from its start; elements for ld and strides):
@@ -40,13 +36,13 @@ class SplitLayout:
     @classmethod
     def of(cls, problem, start: int) -> "SplitLayout":
         """The layout after `start` bytes (the tensor maps) for `problem` (a GemmProblem)."""
-        ld = _up(problem.k, 4)
+        ld = cdiv(problem.k, 4) * 4
         batched = problem.batch > 1
         entries_p = problem.batch if batched and problem.stride_a else 1
         entries_q = problem.batch if batched and problem.stride_b else 1
         part_p, part_q = entries_p * problem.m * ld, entries_q * problem.n * ld
-        p_hi = _up(start, ALIGN)
-        q_hi = _up(p_hi + 8 * part_p, ALIGN)
+        p_hi = cdiv(start, ALIGN) * ALIGN
+        q_hi = cdiv(p_hi + 8 * part_p, ALIGN) * ALIGN
         return cls(ld, p_hi, q_hi, part_p, part_q, problem.m * ld if entries_p > 1 else 0,
                    problem.n * ld if entries_q > 1 else 0, q_hi + 8 * part_q)
 

@@ -5,7 +5,8 @@ bandwidth measured in the same run), GEMV 1000² and 33 x 100000, BatchMatMul 10
 (torch TF32 off) and on tensor cores (kernel_type="tensor_core" vs torch TF32 on), MatMul 4096³ next to
 GemmFloat 4096³ (one code path), SYMM 4096² vs torch.matmul on the full symmetric matrix, TRSM 4096²
 (left/right x lower/upper) vs torch.linalg.solve_triangular, TFLOP/s as m n d / t. Each timing is the
-median of >= 20 event-timed calls after warm-up (benchmarks/mb_common.py); small GEMVs rotate buffer sets
+median of 40 event-timed calls after warm-up, cuopjit and torch alternating in four rounds
+(benchmarks/mb_common.py `time_pair`); small GEMVs rotate buffer sets
 so no call finds its matrix in L2. Every row also reports cuopjit's error against float64.
 
     python benchmarks/blas.py [--only gemv,bmm,matmul,symm,trsm] [--dtype float32|float64|both]
@@ -19,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import cuopjit  # noqa: E402
-from mb_common import copy_bandwidth, rotation, time_ms, to_cuopjit, torch_dtype  # noqa: E402
+from mb_common import copy_bandwidth, rotation, time_ms, time_pair, to_cuopjit, torch_dtype  # noqa: E402
 from results_io import require_gpu, save_json  # noqa: E402
 
 
@@ -32,7 +33,8 @@ def _row(kind, dtype, shape, mine, theirs, work, unit, err, goal, **extra) -> di
     row = {"workload": kind, "dtype": dtype, "shape": shape, "cuopjit_ms": mine["median_ms"],
            "torch_ms": theirs["median_ms"], "cuopjit": work / mine["median_ms"] / scale,
            "torch": work / theirs["median_ms"] / scale, "unit": unit, "ratio": theirs["median_ms"] / mine["median_ms"],
-           "rel_error": err, "goal": goal, **extra}
+           "rel_error": err, "goal": goal,
+           "rounds_ms": {"cuopjit": mine.get("rounds_ms"), "torch": theirs.get("rounds_ms")}, **extra}
     print(f"{kind:22s} {dtype:8s} {shape:18s} {row['cuopjit']:9.1f} {row['torch']:9.1f} {unit:8s} "
           f"{row['ratio']:6.2f}  err {err:.1e}  goal {goal}", flush=True)
     if "parts_ms" in extra:
@@ -61,8 +63,8 @@ def gemv(dtype: str, m: int, n: int, trans: bool, goal: str) -> dict:
     torch.cuda.synchronize()
     ref = (a[0].double().t() if trans else a[0].double()) @ x[0].double()
     err = _err(y[0], ref)
-    mine = time_ms(lambda i: ops[i % k][0].forward(ops[i % k][1], ops[i % k][2]))
-    theirs = time_ms(lambda i: torch.mv(a[i % k].t() if trans else a[i % k], x[i % k], out=y[i % k]))
+    mine, theirs = time_pair(lambda i: ops[i % k][0].forward(ops[i % k][1], ops[i % k][2]),
+                             lambda i: torch.mv(a[i % k].t() if trans else a[i % k], x[i % k], out=y[i % k]))
     return _row("gemv" + (" T" if trans else " N"), dtype, f"{m}x{n}", mine, theirs, nbytes, "GB/s", err, goal)
 
 
@@ -82,9 +84,8 @@ def bmm(dtype: str, tensor_core: bool, tile: int = 0) -> dict:
     op.forward(ca, cw, cc)
     torch.cuda.synchronize()
     err = _err(c, a.double() @ w.double())
-    mine = time_ms(lambda i: op.forward(ca, cw, cc))
     torch.backends.cuda.matmul.allow_tf32 = tensor_core
-    theirs = time_ms(lambda i: torch.bmm(a, w, out=c))
+    mine, theirs = time_pair(lambda i: op.forward(ca, cw, cc), lambda i: torch.bmm(a, w, out=c))
     torch.backends.cuda.matmul.allow_tf32 = False
     name = op.get_performance_profile().kernel_name
     return _row("bmm" + (" tc" if tensor_core else " exact") + (f" tile {tile}" if tile else ""), dtype, "100x256^3",
@@ -106,9 +107,8 @@ def matmul(dtype: str) -> list[dict]:
     mm.forward(ca, cw, cc)
     torch.cuda.synchronize()
     err = _err(c, a.double() @ w.double())
-    mine = time_ms(lambda i: mm.forward(ca, cw, cc))
+    mine, theirs = time_pair(lambda i: mm.forward(ca, cw, cc), lambda i: torch.matmul(a, w, out=c))
     ref_gemm = time_ms(lambda i: gemm.forward(ca, cc))
-    theirs = time_ms(lambda i: torch.matmul(a, w, out=c))
     same = mm.plan(ca, cw, cc) == gemm.plan(ca, cc)
     rows = [_row("matmul", dtype, "4096^3", mine, theirs, 2.0 * s ** 3, "TFLOP/s", err, "same as GemmFloat",
                  gemm_ms=ref_gemm["median_ms"], same_plan_as_gemm=same)]
@@ -132,8 +132,8 @@ def symm(dtype: str, side: int, uplo: int) -> dict:
     torch.cuda.synchronize()
     ref = b.double() @ full.double() if side else full.double() @ b.double()
     err = _err(c, ref)
-    mine = time_ms(lambda i: op.forward(cb, cc))
-    theirs = time_ms(lambda i: torch.matmul(b, full, out=c) if side else torch.matmul(full, b, out=c))
+    mine, theirs = time_pair(lambda i: op.forward(cb, cc),
+                             lambda i: torch.matmul(b, full, out=c) if side else torch.matmul(full, b, out=c))
     mode = ("R" if side else "L") + ("U" if uplo else "L")
     parts = _parts(op.plan(cb, cc), op.bind(cb, cc)[1])
     return _row(f"symm {mode}", dtype, "4096^2", mine, theirs, 2.0 * s ** 3, "TFLOP/s", err,
@@ -157,10 +157,10 @@ def trsm(dtype: str, side: int, uplo: int) -> dict:
     resid = (x.double() @ t64 if side else t64 @ x.double()) - b.double()
     err = (resid.norm() / b.double().norm()).item()
     plan = op.plan(cb, cx)
-    mine = time_ms(lambda i: op.forward(cb, cx))
+    mine, theirs = time_pair(lambda i: op.forward(cb, cx),
+                             lambda i: torch.linalg.solve_triangular(t, b, upper=bool(uplo), left=not side, out=x))
     pointers = op.bind(cb, cx)[1]
     parts = _parts(plan, pointers, by_grid=True)
-    theirs = time_ms(lambda i: torch.linalg.solve_triangular(t, b, upper=bool(uplo), left=not side, out=x))
     mode = ("R" if side else "L") + ("U" if uplo else "L")
     choices = _trsm_choices(op, cb, cx, pointers)
     print(f"{'':22s} gemm total {sum(v for k, v in parts.items() if k.startswith('gemm')):.3f} ms; every choice: "

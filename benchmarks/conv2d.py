@@ -5,8 +5,8 @@ at batch 32 (1x1, 3x3, 3x3 stride 2, 7x7 stride 2 on 3 channels) and a depthwise
 Modes: "fp32" (cuopjit's exact SIMT kernel; cuDNN with TF32 off), "tf32" (enable_tensor_core=True;
 cuDNN with TF32 on) and "3xtf32" (precision="3xtf32": float32-accurate tensor-core products; against
 cuDNN fp32, TF32 off). Every layer has a bias; both sides write NCHW. cuopjit's time includes its
-per-forward weight pack. Each timing is the median of >= 20 calls between CUDA events after warm-up
-(benchmarks/mb_common.py); errors are ||out - ref|| / ||ref|| against torch float64 on the device, over
+per-forward weight pack. Each timing is the median of 40 calls between CUDA events after warm-up, cuopjit
+and cuDNN alternating in four rounds (benchmarks/mb_common.py `time_pair`); errors are ||out - ref|| / ||ref|| against torch float64 on the device, over
 the first ERR_IMAGES images of the batch. --breakdown adds each kernel's time (torch.profiler).
 
     python benchmarks/conv2d.py [--only seed,resnet,depthwise] [--modes fp32,tf32,3xtf32] [--breakdown]
@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import cuopjit  # noqa: E402
-from mb_common import time_ms, to_cuopjit  # noqa: E402
+from mb_common import time_pair, to_cuopjit  # noqa: E402
 from results_io import bar_chart, require_gpu, save_json  # noqa: E402
 
 # name, group, (N, C, H, W, K, kh, kw, stride, pad, groups)
@@ -61,9 +61,9 @@ def case(name: str, group: str, layer: tuple, mode: str) -> dict:
     ref = torch.nn.functional.conv2d(x[:ERR_IMAGES].double(), wt.double(), b.double(), st, pad, 1, groups)
     err = ((y[:ERR_IMAGES].double() - ref).norm() / ref.norm()).item()
     del ref
-    mine = time_ms(lambda i: op.forward(cx, cy, pad_h=pad, pad_w=pad))
     torch.backends.cudnn.allow_tf32 = mode == "tf32"
-    theirs = time_ms(lambda i: torch.nn.functional.conv2d(x, wt, b, st, pad, 1, groups))
+    mine, theirs = time_pair(lambda i: op.forward(cx, cy, pad_h=pad, pad_w=pad),
+                             lambda i: torch.nn.functional.conv2d(x, wt, b, st, pad, 1, groups))
     torch.backends.cudnn.allow_tf32 = False
     flops = 2.0 * y.numel() * (c // groups) * kh * kw
     prof = op.get_performance_profile()

@@ -6,7 +6,8 @@ TF32 on; float64: DMMA mma.sync, float64's default, compared with torch's DGEMM,
 tensor cores too); "3x" is precision="3xtf32" (float32 only: three TF32 wgmma products, compared
 with torch's exact SGEMM, TF32 off); "seed" is the seed's example configuration (kernel_type
 "tiled", tile 32, block 256, tensor cores and TMA on, float32 only; compared with torch TF32).
-Each timing is the median of >= 20 calls between CUDA events after warm-up (benchmarks/mb_common.py);
+Each timing is the median of 40 calls between CUDA events after warm-up, cuopjit and torch alternating in
+four rounds so that clock drift falls on both (benchmarks/mb_common.py `time_pair`);
 cuopjit launches on the legacy default stream, which torch's events order with. Every case also
 reports ‖out − ref‖/‖ref‖ against a float64 torch product of the same inputs.
 
@@ -21,7 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import cuopjit  # noqa: E402
-from mb_common import time_ms, to_cuopjit, torch_dtype  # noqa: E402
+from mb_common import time_pair, to_cuopjit, torch_dtype  # noqa: E402
 from results_io import bar_chart, require_gpu, save_json  # noqa: E402
 
 SQUARE = (1024, 2048, 4096, 8192)
@@ -58,14 +59,14 @@ def case(dtype: str, kernel: str, m: int, n: int, k: int) -> dict:
     bop = b.t() if kernel in NT else b
     ref = a.double() @ bop.double()
     err = ((c.double() - ref).norm() / ref.norm()).item()
-    mine = time_ms(lambda i: op.forward(ca, cc))
     torch.backends.cuda.matmul.allow_tf32 = kernel in TF32 and dtype == "float32"
-    theirs = time_ms(lambda i: torch.matmul(a, bop, out=c))
+    mine, theirs = time_pair(lambda i: op.forward(ca, cc), lambda i: torch.matmul(a, bop, out=c))
     torch.backends.cuda.matmul.allow_tf32 = False
     flops = 2.0 * m * n * k
     name = getattr(op.get_performance_profile(), "kernel_name", "")
     return {"dtype": dtype, "kernel": kernel, "m": m, "n": n, "k": k, "cuopjit_kernel": name,
             "cuopjit_ms": mine["median_ms"], "torch_ms": theirs["median_ms"],
+            "rounds_ms": {"cuopjit": mine["rounds_ms"], "torch": theirs["rounds_ms"]},
             "cuopjit_tflops": flops / mine["median_ms"] / 1e9, "torch_tflops": flops / theirs["median_ms"] / 1e9,
             "ratio": theirs["median_ms"] / mine["median_ms"], "rel_error": err,
             "torch_tf32": kernel in TF32 and dtype == "float32"}

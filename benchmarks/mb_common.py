@@ -22,7 +22,9 @@ workloads small enough to sit in L2 can rotate among several buffer sets (`rotat
 A dict may also carry "run_cuopjit"/"run_torch" directly instead of "setup".
 
 Timing: `time_ms(fn)` records a pair of CUDA events around each call (after warm-up; calls
-under 0.5 ms in batches of back-to-back calls) and returns the median of at least 20. The copy reference (`copy_bandwidth`) is a 1 GiB
+under 0.5 ms in batches of back-to-back calls) and returns the median of at least 20; `time_pair(mine,
+theirs)` times cuopjit and the library it is compared with in alternating rounds, so clock drift within
+a run falls on both. The copy reference (`copy_bandwidth`) is a 1 GiB
 torch `copy_` measured in the same run.
 """
 from __future__ import annotations
@@ -41,16 +43,9 @@ def rotation(bytes_per_call: int, l2_bytes: int = L2_BYTES) -> int:
     return max(2, -(-4 * l2_bytes // max(bytes_per_call, 1)))
 
 
-def time_ms(fn: Callable[[int], object], warmup: int = 5, repeat: int = 30, min_repeat: int = 20,
-            batch_ms: float = 0.5) -> dict:
-    """Median / min / max milliseconds per call of fn(i), measured with CUDA events.
-
-    Calls shorter than `batch_ms` are timed `inner` at a time between one pair of events (and
-    divided), so that host launch overhead between back-to-back calls does not count as GPU time
-    for either library; `inner` is reported.
-    """
+def _inner(fn: Callable[[int], object], warmup: int, batch_ms: float) -> int:
+    """Warm `fn` up and return how many calls one pair of events should span (calls under `batch_ms` batched)."""
     import torch
-    repeat = max(repeat, min_repeat)
     for i in range(warmup):
         fn(i)
     torch.cuda.synchronize()
@@ -61,10 +56,14 @@ def time_ms(fn: Callable[[int], object], warmup: int = 5, repeat: int = 30, min_
     probe_e.record()
     torch.cuda.synchronize()
     per_call = probe_s.elapsed_time(probe_e) / warmup
-    inner = max(1, min(100, int(batch_ms / max(per_call, 1e-4)))) if per_call < batch_ms else 1
+    return max(1, min(100, int(batch_ms / max(per_call, 1e-4)))) if per_call < batch_ms else 1
+
+
+def _timed(fn: Callable[[int], object], repeat: int, inner: int, k: int) -> list[float]:
+    """`repeat` event-timed batches of `inner` calls of fn(k), fn(k + 1), ...: milliseconds per call."""
+    import torch
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
-    k = warmup
     for i in range(repeat):
         starts[i].record()
         for _ in range(inner):
@@ -72,9 +71,41 @@ def time_ms(fn: Callable[[int], object], warmup: int = 5, repeat: int = 30, min_
             k += 1
         ends[i].record()
     torch.cuda.synchronize()
-    times = [s.elapsed_time(e) / inner for s, e in zip(starts, ends)]
-    return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times), "n": repeat,
-            "inner": inner}
+    return [s.elapsed_time(e) / inner for s, e in zip(starts, ends)]
+
+
+def _summary(times: list[float], inner: int, **extra) -> dict:
+    return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times), "n": len(times),
+            "inner": inner, **extra}
+
+
+def time_ms(fn: Callable[[int], object], warmup: int = 5, repeat: int = 30, min_repeat: int = 20,
+            batch_ms: float = 0.5) -> dict:
+    """Median / min / max milliseconds per call of fn(i), measured with CUDA events.
+
+    Calls shorter than `batch_ms` are timed `inner` at a time between one pair of events (and
+    divided), so that host launch overhead between back-to-back calls does not count as GPU time
+    for either library; `inner` is reported.
+    """
+    inner = _inner(fn, warmup, batch_ms)
+    return _summary(_timed(fn, max(repeat, min_repeat), inner, warmup), inner)
+
+
+def time_pair(mine: Callable[[int], object], theirs: Callable[[int], object], rounds: int = 4, repeat: int = 10,
+              warmup: int = 5, batch_ms: float = 0.5) -> tuple[dict, dict]:
+    """time_ms of cuopjit (`mine`) and the library it is compared with (`theirs`), measured in alternating
+    rounds (mine, theirs, theirs, mine, ...): the H100's clock drifts with power and heat within a run
+    (torch's DGEMM moved 47-58 TFLOP/s), so both sides get the same share of every state. Each dict adds
+    the per-round medians (`rounds_ms`)."""
+    inner = (_inner(mine, warmup, batch_ms), _inner(theirs, warmup, batch_ms))
+    times, per_round, k = ([], []), ([], []), warmup
+    for r in range(rounds):
+        for side in ((0, 1) if r % 2 == 0 else (1, 0)):
+            got = _timed((mine, theirs)[side], repeat, inner[side], k)
+            k += repeat * inner[side]
+            times[side].extend(got)
+            per_round[side].append(round(statistics.median(got), 5))
+    return tuple(_summary(times[s], inner[s], rounds_ms=per_round[s]) for s in (0, 1))
 
 
 def copy_bandwidth(nbytes: int = GIB) -> dict:

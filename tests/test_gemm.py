@@ -178,13 +178,39 @@ def test_names_and_auto_tiles_follow_the_targets_sm_count():
     assert name == "gemm_f32_t128x128x16_r8x8_nn_v4"
     tt = gk.FAMILY.default_plan(gk.packed("float64", 7, 7, 7, True, True, False), default, SM90).specs[0].name
     assert tt.endswith("_tt_v1")
-    # Small problems get smaller tiles so that every SM still has a block to run.
-    for (m, n), tile in (((4096, 4096), 128), ((1024, 1024), 64), ((33, 4097), 32)):
-        (launch,) = gk.FAMILY.default_plan(gk.packed("float32", m, n, 64), default, SM90).launches
-        assert f"_t{tile}x{tile}x" in launch.spec.name and launch.grid == (-(-n // tile), -(-m // tile), 1)
+    # float32 SIMT (auto_simt): the largest tile whose blocks, split-K included, keep 4 warps on the busiest SM
+    # and 80% of its block slots busy on the other SMs; few rows take 16 x 128 tiles where they pad less.
+    for (m, n, k), label, grid in (
+            ((4096, 4096, 64), "t128x128x16_r8x8", (32, 32, 1)),
+            ((8192, 256, 8192), "t128x128x16_r8x8", (2, 64, 1)),           # 128 blocks of 8 warps on 132 SMs
+            ((256, 8192, 8192), "t128x128x16_r8x8", (64, 2, 1)),
+            ((1000, 1000, 1000), "t128x64x16_r8x8_split_k3", (16, 8, 3)),  # 128 x 128 in 3: 72 SMs hold one block
+            ((500, 1000, 1000), "t64x128x16_r8x8_split_k6", (8, 8, 6)),    # the half along the longer side
+            ((1024, 1024, 64), "t128x64x16_r8x8", (16, 8, 1)),             # too short to split: 4 warps an SM
+            ((128, 4096, 128), "t32x32x8_r4x4", (128, 4, 1)),              # 64 x 64 would give 2 warps an SM
+            ((33, 4097, 1000), "t16x128x16_r4x8_split_k7", (33, 3, 7)),    # 48 rows computed, not 64
+            ((7, 7, 7), "t32x32x8_r4x4", (1, 1, 1))):                      # 16 x 128 would pad 7 x 7 more
+        plan = gk.FAMILY.default_plan(gk.packed("float32", m, n, k), default, SM90)
+        assert plan.choice == label and plan.launches[0].grid == grid, (m, n, k, plan.choice)
     many = dataclasses.replace(SM90, sm_count=1000)
     tiles = [gk.choices(gk.packed("float32", s, s, 64), default, many)[0].shape.bm for s in (4096, 1024, 256)]
-    assert tiles == [128, 32, 32]
+    assert tiles == [64, 32, 32]
+    # sm_80 builds have no two-block register cap: 128 x 128 blocks run one per SM there
+    assert gk.resident_blocks(shapes.AUTO_SIMT[0], "float32", SM80) == 1
+    assert gk.resident_blocks(shapes.AUTO_SIMT[0], "float32", SM90) == 2
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_auto_simt_shapes_compile_without_spills(arch):
+    """The heuristic's float32 SIMT shapes that no tile_size names (128 x 64, 64 x 128, 16 x 128), every layout,
+    aligned (16-byte accesses) and not (scalar spread runs), with and without split-K."""
+    extra = [s for s in (*shapes.AUTO_SIMT, shapes.SKINNY_SIMT) if s.bm != s.bn]
+    for shape, (ta, tb), aligned in itertools.product(extra, TRANS, (True, False)):
+        problem = gk.packed("float32", 1000, 1000, 1000, ta, tb, aligned)
+        launch = gk.plan(problem, gk.GemmChoice(shape, split_k=2 if aligned else 1), named(arch)).launches[0]
+        _, info = kernels.build(launch.spec, arch, persistent=False)
+        assert info.spill_bytes == 0, f"{launch.spec.name} spills {info.spill_bytes} bytes on {arch}"
+        assert launch.block == (shape.threads, 1, 1)
 
 
 def test_tuning_candidates_are_the_tuned_shapes_of_the_same_kernel():
@@ -233,6 +259,25 @@ def test_float64_a_at_b_runs_as_c_transposed_on_the_cp_async_kernel():
                   first("float32", 300, 1000, 77, aligned=False)):
         assert "swap" not in dict(other.spec.params), other.spec.name
         assert "A = B; B = t_;" not in kernels.source(other.spec)
+
+
+def test_the_swap_product_runs_the_pipelined_k_loop():
+    """gemm_async.cu.jinja's pipelined k-loop (fragments double-buffered, the barrier inside the k-tile, whole-tile
+    copies hoisted) is built for the swap product on swizzled BK-16 tiles in row order; the layouts, BK 32, plain
+    rows and the grouped order that spill with it, and enable_loop_unroll=False, keep the one-buffer loop."""
+    nn = gk.packed("float64", 4096, 4096, 4096)
+
+    def src(problem, shape=shapes.WIDE["float64", True], **fields):
+        return kernels.source(gk.plan(problem, gk.GemmChoice(shape, **{"stages": 4, **fields}), SM90).launches[0].spec)
+
+    token = "frag_t a0[MT][4], b0[NT][2], a1[MT][4], b1[NT][2];"
+    assert token in src(nn) and token in src(nn, DMMA128, stages=2)
+    for other in (src(gk.packed("float64", 4096, 4096, 4096, True, True)), src(nn, raster="grouped"), src(nn, pad=False),
+                  src(nn, unroll=False),
+                  src(gk.packed("float64", 4096, 4096, 4096, aligned=False)),
+                  src(nn, shapes.CANDIDATES["float64", True][0], stages=3),
+                  src(gk.packed("float32", 4096, 4096, 4096), shapes.Shape(True, 128, 128, 32, 2, 4), stages=3)):
+        assert token not in other and "frag_t a[MT][4], b[NT][2];" in other
 
 
 @pytest.mark.parametrize("dtype, fields, message", [
@@ -536,6 +581,39 @@ def test_async_pipeline_on_gpu(rng, dtype, shape, fields):
             TRANS * 2, ((1.0, 0.0), (0.5, -1.5), (1.0, 0.0), (-2.0, 1.0), (1.0, 0.0), (0.0, 2.0), (1.5, 0.5),
                         (1.0, 0.0))):
         _run(rng, dt, m, n, k, ta, tb, alpha=alpha, beta=beta, tf32=tf32, choice=choice)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, stages", [(shapes.WIDE["float64", True], 4), (shapes.WIDE["float64", True], 3),
+                                           (DMMA128, 2), (shapes.Shape(True, 64, 64, 16, 2, 2), 4)],
+                         ids=["128x64-s4", "128x64-s3", "128x128-s2", "64x64-s4"])
+def test_pipelined_k_loop_on_gpu(rng, shape, stages):
+    """The swap product's pipelined k-loop (aligned float64 A @ B) against float64 NumPy: blocks inside and across
+    the M / N edges; K a multiple of BK, with a partial last k-tile, shorter than the stages in flight, 2;
+    alpha / beta; C poisoned with NaN."""
+    choice = gk.GemmChoice(shape, stages=stages)
+    for (m, n, k), (alpha, beta) in zip(((256, 128, 256), (300, 200, 130), (260, 136, 40), (130, 66, 2),
+                                         (1024, 512, 1000)),
+                                        ((1.0, 0.0), (0.5, -1.5), (1.0, 0.0), (-2.0, 1.0), (1.0, 0.5))):
+        assert gk.plan(gk.packed("float64", m, n, k), choice, SM90).launches[0].spec.name.endswith("_swap")
+        _run(rng, np.float64, m, n, k, alpha=alpha, beta=beta, choice=choice)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [1, 4])
+@pytest.mark.parametrize("shape", [s for s in (*shapes.AUTO_SIMT, shapes.SKINNY_SIMT) if s.bm != s.bn],
+                         ids=lambda s: s.label)
+def test_auto_simt_shapes_on_gpu(rng, shape, split):
+    """The heuristic's non-square float32 SIMT tiles, whole and in K slices, against float64 NumPy: sizes 1, 7, 33,
+    1000 and 4097-wide, tiles cut at every edge, all four layouts, aligned (16-byte) and unaligned (spread scalar
+    runs) rows, alpha/beta, C poisoned with NaN."""
+    choice = gk.GemmChoice(shape, split_k=split)
+    for (m, n, k), (ta, tb), (alpha, beta) in zip(
+            ((1, 1, 1), (7, 7, 7), (33, 33, 33), (1000, 1000, 1000), (33, 4097, 1000), (257, 263, 129),
+             (130, 70, 68), (64, 96, 200)),
+            TRANS * 2, ((1.0, 0.0), (0.5, -1.5), (1.0, 0.0), (-2.0, 1.0), (1.0, 0.0), (0.0, 2.0), (1.5, 0.5),
+                        (1.0, 0.0))):
+        _run(rng, np.float32, m, n, k, ta, tb, alpha=alpha, beta=beta, choice=choice)
 
 
 @pytest.mark.gpu

@@ -28,7 +28,8 @@ rule. How each JITConfig field changes the code:
                     TM x TN = tile^2 / threads, or the mma warp layout (k-groups when there are more
                     warps than m16n8 warp tiles). Tile 16: 32..256; 32: 32..1024; 64: 64..1024
                     (float64: 128..1024); 128: 256..1024 (float64: 256, 512). Others raise, listing
-                    the valid ones
+                    the valid ones. Both 0 on the float32 SIMT kernel: auto_simt picks BM x BN
+                    (non-square tiles too) and the block size together
     enable_tensor_core        permission for mma.sync under "auto", "tiled", "warp_optimized"
     enable_tma                on sm_90 (TMA), float32 runs the wgmma kernel (as enable_tensor_core)
     precision                 "3xtf32": the wgmma kernel's split-operand mode; float32 elsewhere runs
@@ -68,7 +69,10 @@ RASTERS = ("row", "grouped")
 # Choice fields for what the templates cannot build yet: (field, the only value they build, what it does).
 _BUILT = (("cluster", (1, 1), "no thread-block clusters"),)
 REDUCE_TEMPLATE = "splitk_reduce.cu.jinja"
-SPLIT_BELOW, SPLIT_WARPS, SPLIT_MIN_K = 5, 12, 256     # split-K: warps per SM below which, and up to which
+# split-K: warps per SM below which, and up to which; the shortest slice and the shortest K that splits
+SPLIT_BELOW, SPLIT_WARPS, SPLIT_MIN_K, SPLIT_FROM_K = 5, 12, 128, 512
+# auto_simt: the fewest warps on the busiest SM, and the least share of its block slots the other SMs keep busy
+AUTO_WARPS, BALANCE = 4, 0.8
 # Label spellings of the pipeline fields away from their defaults.
 _PIPELINE = (("stages", 1), ("raster", "row"), ("cluster", (1, 1)), ("split_k", 1))
 
@@ -206,8 +210,11 @@ def choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list:
         wide = shapes.WIDE.get((problem.dtype, mma))
         if wide and first.bm == wide.bm and problem.aligned:
             found = [wide, first]
-        found += [s for s in (*shapes.TUNED[problem.dtype, mma], *shapes.CANDIDATES.get((problem.dtype, mma), ()))
-                  if s not in found]
+        exact32 = problem.dtype == "float32" and not mma
+        if exact32:
+            found = [auto_simt(problem, target)]
+        found += [s for s in (*shapes.TUNED[problem.dtype, mma], *shapes.CANDIDATES.get((problem.dtype, mma), ()),
+                              *((*shapes.AUTO_SIMT, shapes.SKINNY_SIMT) if exact32 else ())) if s not in found]
     switches = {"pad": cfg.enable_shared_memory_opt, "unroll": cfg.enable_loop_unroll,
                 "coalesce": cfg.enable_memory_coalescing, "opts": kernels.compile_opts(cfg)}
     made = [GemmChoice(s, **pipeline(problem.dtype, s, target), **switches) for s in found]
@@ -219,17 +226,55 @@ def choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list:
     return made[:1] + [c for c in made[1:] if shapes.why_not(c.shape, problem.dtype, c.stages) is None]
 
 
+def auto_simt(problem: GemmProblem, target: Target) -> shapes.Shape:
+    """float32 SIMT with tile and block left to us: few rows (M < 64) take 16 x 128 tiles where they pad the
+    product less than 32 x 32 ones; otherwise the largest of shapes.AUTO_SIMT (of the 128 x 64 / 64 x 128 halves,
+    the one along the longer side) whose blocks, split as split_for splits them, keep AUTO_WARPS warps on the
+    busiest SM and at least BALANCE of its block slots busy on the others. H100, ratio to torch: 8192 x 256 x 8192
+    128 x 128 0.88 (64 x 64: 0.77); 1000^3 128 x 64 in 3 slices 0.79 (64 x 64 in 3: 0.74; 128 x 128 in 3 leaves
+    72 of 132 SMs one block of two: 0.60); 2048^3 128 x 64 0.57 (512 blocks, 3 per SM: two rounds) vs 128 x 128 0.91;
+    3000^3 128 x 64 0.95 (1128 blocks in 3 rounds of 3 per SM) vs 128 x 128 0.88 (576 in 3 rounds of 2, the last
+    a third full); TRSM's 256 x 4096 x 256 updates 64 x 128 (one block of 4 warps per SM) 30.4 TFLOP/s, 64 x 64
+    25.9, 32 x 32 (16 warps per SM) 21.8."""
+    m, n, small = problem.m, problem.n, shapes.AUTO_SIMT[-1]
+    if m < 64 and (cdiv(m, 16) * 16 * cdiv(n, 128) * 128
+                   < cdiv(m, small.bm) * small.bm * cdiv(n, small.bn) * small.bn):
+        return shapes.SKINNY_SIMT
+    for s in shapes.AUTO_SIMT:
+        if s.bm != s.bn and (s.bm > s.bn) != (m >= n):
+            continue
+        blocks = cdiv(m, s.bm) * cdiv(n, s.bn) * problem.batch * split_for(problem, GemmChoice(s), target)
+        busiest = cdiv(blocks, target.sm_count)
+        resident = min(busiest, resident_blocks(s, problem.dtype, target))
+        slots = target.sm_count * resident * cdiv(busiest, resident)
+        if resident * s.threads // 32 >= AUTO_WARPS and blocks >= BALANCE * slots:
+            return s
+    return small
+
+
+def resident_blocks(s: shapes.Shape, dtype: str, target: Target) -> int:
+    """About how many blocks of SIMT shape `s` an SM of `target` holds at once: registers (128 a thread at 256
+    float threads on sm_90+, the kernel's two-block cap; else 64 + 1.5 per 4-byte accumulator, rounded to 8, as
+    NVRTC 13 allocates them: 8 x 8 ~160, 4 x 4 ~88), static shared memory, threads."""
+    acc = s.tm * s.tn * np.dtype(dtype).itemsize // 4
+    capped = dtype == "float32" and s.threads == 256 and target.capability >= 90
+    regs = 128 if capped else min(255, cdiv(64 + 3 * acc // 2, 8) * 8)
+    return max(1, min(target.regs_per_sm // (regs * s.threads), target.smem_per_sm // shapes.static_smem(s, dtype, 4),
+                      target.max_threads_per_sm // s.threads, 32))
+
+
 def split_for(problem: GemmProblem, choice: GemmChoice, target: Target) -> int:
     """The heuristic's split-K for `choice`: a single problem on the one-stage kernel whose tiles give the SMs
-    fewer than SPLIT_BELOW warps each is cut into K slices (at least SPLIT_MIN_K long, at most 16) until about
-    SPLIT_WARPS warps per SM run. H100, float32 SIMT: 33 x 4097 x 1000 7.3 -> 8.6-9.1 TFLOP/s, 1000³ 23 -> 29,
-    256 x 256 x 4096 4.1 -> 17-18; where tiles already fill the SMs (2048³, 4096² x 1000) splitting lost 10-25%,
-    and TRSM's updates (K 128-512, about 8 warps per SM) lost more to the reduction than they gained (-7%)."""
+    fewer than SPLIT_BELOW warps each and K of at least SPLIT_FROM_K is cut into K slices (at least SPLIT_MIN_K
+    long, at most 16) until about SPLIT_WARPS warps per SM run. H100, float32 SIMT: 33 x 4097 x 1000 7.3 -> 8.6-9.1
+    TFLOP/s (32 x 32 tiles; 16 x 128 ones in 8 slices of 128: 11.3), 1000³ 23 -> 29, 256 x 256 x 4096 4.1 -> 17-18;
+    where tiles already fill the SMs (2048³, 4096² x 1000) splitting lost 10-25%, and TRSM's updates (K 128-512,
+    about 8 warps per SM) lost more to the reduction than they gained (-7%)."""
     if choice.stages > 1 or problem.batch > 1:
         return 1
     s = choice.shape
     warps = cdiv(problem.m, s.bm) * cdiv(problem.n, s.bn) * (s.threads // 32) / target.sm_count
-    if warps >= SPLIT_BELOW:
+    if warps >= SPLIT_BELOW or problem.k < SPLIT_FROM_K:
         return 1
     return max(1, min(16, round(SPLIT_WARPS / warps), problem.k // SPLIT_MIN_K))
 
@@ -288,9 +333,10 @@ def plan(problem: GemmProblem, choice, target: Target) -> Plan:
         spec = kernels.make_spec(ASYNC_TEMPLATE, "gemm", readable, params, choice.opts)
     else:
         params.update({"mma": s.mma, "PAD": _PAD[name, s.mma] if choice.pad else 0})
-        # Two blocks per SM (a 128-register cap) for float32 at 256 threads, tuned on the H100
-        # (the template applies it on sm_90+ only); never above 256 threads, where it would cap at 64.
-        params["min_blocks"] = 2 if name == "float32" and s.threads == 256 and (vec > 1 or s.mma) else 1
+        # Two blocks per SM (a 128-register cap) for float32 at 256 threads, tuned on the H100 (4097^3 SIMT:
+        # 39.2 against 36.5 TFLOP/s; the template applies it on sm_90+ only); never above 256 threads, where it
+        # would cap at 64.
+        params["min_blocks"] = 2 if name == "float32" and s.threads == 256 else 1
         params.update({"WARPS_M": s.tm, "WARPS_N": s.tn, "WARPS_K": s.wk} if s.mma else {"TM": s.tm, "TN": s.tn})
         spec = kernels.make_spec(TEMPLATE, "gemm", readable, params, choice.opts)
     if splits == 1:

@@ -89,12 +89,22 @@ TUNED: dict[tuple[str, bool], tuple[Shape, ...]] = {
     ("float32", True): (Shape(True, 128, 128, 16, 2, 4), Shape(True, 64, 64, 16, 2, 2), Shape(True, 32, 32, 16, 2, 1)),
     ("float64", True): (Shape(True, 128, 128, 16, 2, 4), Shape(True, 64, 64, 16, 2, 2), Shape(True, 32, 32, 16, 2, 1)),
 }
+# float32 SIMT shapes the heuristic takes when tile_size and block_size are left to it (gemm_kernels.auto_simt;
+# H100 sweep in benchmarks/NOTES.md "10 — exact fp32: odd shapes"), largest first: 128 x 128 at 256 threads,
+# the 8 x 8-per-thread halves at 128 threads (128 x 64 for M >= N, else 64 x 128), then the tuned 64 and 32 tiles.
+AUTO_SIMT = (_simt(128, 256, 8, 8, 16), Shape(False, 128, 64, 16, 8, 8), Shape(False, 64, 128, 16, 8, 8),
+             _simt(64, 64, 8, 8, 8), _simt(32, 64, 4, 4, 8))
+# Few rows (M < 64) where 16-row tiles pad the product less than 32 x 32 ones (M = 33: 48 rows computed, not 64);
+# 128 columns keep 32 outputs per thread at 64 threads (33 x 4097 x 1000: 11.1-11.3 TFLOP/s in 7 K slices against
+# 8.6 for 32 x 32 tiles in 3).
+SKINNY_SIMT = Shape(False, 16, 128, 16, 4, 8)
 # float64 DMMA with the tile left to the heuristic where it would take 128 x 128, aligned operands (which run
-# the both-transposed "swap" layout): 128 x 64 blocks, two per SM (H100, TFLOP/s against 128 x 128: 4096^3
-# 48.4 / 46.6, 2048^3 48.0 / 42.7, 4096^2 x 1000 47.8 / 43.3). Not a tile_size: tile_size=128 keeps BM = BN = 128.
+# the both-transposed "swap" layout and its pipelined k-loop): 128 x 64 blocks, two per SM, cuBLAS's own DGEMM
+# tile (H100, TFLOP/s against 128 x 128, DGEMM v6: 4096^3 50.2 / 50.0, 2048^3 51.3 / 52.1, 4096^2 x 1000
+# 48.3 / 48.1, within the spread; 1000^3 runs 64 x 64). Not a tile_size: tile_size=128 keeps BM = BN = 128.
 WIDE = {("float64", True): Shape(True, 128, 64, 16, 2, 2)}
 # Auto-tuning candidates beyond TUNED and WIDE (no tile_size / block_size maps to them): float64 BK 32
-# (half the barriers; 43.1 TFLOP/s at 4096^3 with m16n8k16, spilling; the m16n8k8 build does not spill).
+# (half the barriers, but the one-buffer k-loop: 42.9 TFLOP/s at 4096^3 against 48.1 for BK 16 pipelined, one run).
 CANDIDATES = {("float64", True): (Shape(True, 128, 128, 32, 2, 4),)}
 # Default pipeline depth per kind: 1 is gemm.cu.jinja (registers -> two shared buffers); 2..4 is
 # gemm_async.cu.jinja (cp.async stages; mma.sync only). A shape the deeper pipeline cannot build keeps 1.

@@ -120,14 +120,7 @@ def _gemv(trans, kl, v, bufs) -> None:
         return
     for s in range(splits):
         lo, hi = s * chunk, min(length, (s + 1) * chunk)
-        bufs[ip][op + s * out:op + (s + 1) * out] = a[:, lo:hi] @ x[lo:hi]
-
-
-def _gemv_final(params, kl, v, bufs) -> None:
-    (ip, op), (iy, oy), length, splits, alpha, beta = v
-    total = bufs[ip][op:op + splits * length].reshape(splits, length).sum(axis=0)
-    y = bufs[iy][oy:oy + length]
-    y[...] = alpha * total + (beta * y if beta else 0.0)
+        bufs[ip][op + s * out:op + (s + 1) * out] = alpha * (a[:, lo:hi] @ x[lo:hi])
 
 
 def fake(shape, dtype="float32", ptr: int = 1 << 20):

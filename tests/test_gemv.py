@@ -57,11 +57,11 @@ def test_few_long_rows_share_blocks_and_split_only_when_large():
     small = plan(33, 100000)      # launch-bound: one launch, 32 warps per row, no workspace
     assert [kl.spec.kernel for kl in small.launches] == ["gemv_n"] and small.workspace == 0
     assert small.launches[0].block == (1024, 1, 1) and dict(small.launches[0].spec.params)["GW"] == 32
-    large = plan(33, 10 ** 7)     # 1.3 GB in 33 rows: the reduction is split, partial sums added by gemv_final
-    assert [kl.spec.kernel for kl in large.launches] == ["gemv_n", "gemv_final"] and large.workspace > 0
+    large = plan(33, 10 ** 7)     # 1.3 GB in 33 rows: the reduction is split, partial sums added by splitk_reduce
+    assert [kl.spec.kernel for kl in large.launches] == ["gemv_n", "splitk_reduce"] and large.workspace > 0
     square = plan(8192, 8192)
     assert [kl.spec.kernel for kl in square.launches] == ["gemv_n"] and square.workspace == 0
-    assert [kl.spec.kernel for kl in plan(8192, 8192, True).launches] == ["gemv_t", "gemv_final"]
+    assert [kl.spec.kernel for kl in plan(8192, 8192, True).launches] == ["gemv_t", "splitk_reduce"]
     assert plan(1000, 1000, True).launches[0].block == (1024, 1, 1)
 
 

@@ -3,8 +3,8 @@
 A bandwidth-bound kernel of its own: every byte of A is read once with 16-byte loads and enough of
 them in flight per SM to saturate HBM. Where the output alone gives too few warps (few rows, or the
 transposed case, whose output is only 32 * VEC columns per block) the reduction is split over
-blocks: each split writes partial sums to the plan's workspace and `gemv_final` adds them in a fixed
-order, so equal inputs give equal bits. How each JITConfig field changes the code:
+blocks: each split writes alpha times its partial sums to the plan's workspace and `splitk.reduce_launch`
+(the split-K GEMM's second launch) adds them in a fixed order, so equal inputs give equal bits. How each JITConfig field changes the code:
 
     kernel_type               "simple": scalar loads, one row per warp, one load per row in flight;
                               every other kind: 16-byte loads where A, x and lda allow, ITEMS in flight
@@ -30,13 +30,12 @@ from ..config import ConfigSnapshot
 from ..plan import Family, KernelLaunch, Plan, i32, i64, ptr, scalar
 from ..target import Target
 from ..tensor import Tensor
-from . import elementwise
+from . import elementwise, splitk
 from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
 from .params import ScaledProduct
 
 TEMPLATE = "gemv.cu.jinja"
 VECTORS = 4              # 16-byte vectors per thread per row per step when tile_size is 0
-FINAL_THREADS = 256      # gemv_final's block (its CUOPJIT_LAUNCH_BOUNDS)
 WARPS_PER_SM = 32        # a split reduction aims at this many warps per SM; it is used below half that
 FEW_WARPS = 4            # fewer row groups than this per SM: warps of a block share rows (gemv_n)
 SMALL_BYTES = 32 << 20   # up to this size of A a GEMV is launch-bound
@@ -119,7 +118,7 @@ def _splits(blocks: int, warps_per_block: int, length: int, unit: int, nbytes: i
 
 
 def plan(problem: GemvProblem, choice: GemvChoice, target: Target) -> Plan:
-    """gemv_n / gemv_t on A (0), x (1), y (2); with a split, partial sums in the workspace and gemv_final."""
+    """gemv_n / gemv_t on A (0), x (1), y (2); with a split, partial sums in the workspace and their sum."""
     dtype = np.dtype(problem.dtype)
     vec = choice.vec if problem.aligned else 1
     nbytes = problem.m * problem.n * dtype.itemsize
@@ -150,9 +149,8 @@ def plan(problem: GemvProblem, choice: GemvChoice, target: Target) -> Plan:
                          i32(chunk), alpha, beta), units=units)
     launches = [main]
     if workspace:
-        final = kernels.make_spec(TEMPLATE, "gemv_final", name, params, choice.opts)
-        launches.append(KernelLaunch(final, (cdiv(out, FINAL_THREADS),), (FINAL_THREADS,),
-                                     (ptr(3), ptr(2), i32(out), i32(splits), alpha, beta), units=units))
+        launches.append(splitk.reduce_launch(dtype, ptr(3), ptr(2), 1, out, out, splits, problem.beta, target, units,
+                                             choice.unroll, choice.opts))
     return Plan(tuple(launches), ("a", "x", "y"), workspace=workspace, choice=f"{choice.label}_s{splits}")
 
 

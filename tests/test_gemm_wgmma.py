@@ -136,11 +136,12 @@ def test_precision_is_validated_and_part_of_the_snapshot():
 def test_heuristic_fills_the_sms_and_tuning_offers_the_other_tiles():
     cfg = make_config(enable_tensor_core=True).snapshot()
     big = gw.choices(gk.packed("float32", 4096, 4096, 4096), cfg, SM90, split=False)
-    assert (big[0].consumers, big[0].qn, big[0].per_sm) == (2, 256, 1) and len(big) == len(gw.AUTO)
-    assert (big[-1].consumers, big[-1].per_sm) == (1, 2)       # one consumer: two blocks per SM
+    assert (big[0].consumers, big[0].qn, big[0].per_sm) == (2, 256, 1) and len(big) == len(gw.AUTO) + 1
+    assert (big[-2].consumers, big[-2].per_sm) == (1, 2)       # one consumer: two blocks per SM
+    assert big[-1] == dataclasses.replace(big[0], cluster=2)    # the head's build over a cluster of 2: a candidate
     one_cfg = make_config(block_size=256, tile_size=64, enable_tensor_core=True).snapshot()
     one = gw.choices(gk.packed("float32", 4096, 4096, 4096), one_cfg, SM90, False)
-    assert [(c.consumers, c.qn, c.per_sm) for c in one] == [(1, 128, 2), (1, 128, 1)]   # b1 for tuning
+    assert [(c.consumers, c.qn, c.per_sm, c.cluster) for c in one] == [(1, 128, 2, 1), (1, 128, 1, 1), (1, 128, 2, 2)]
     for c in one:
         assert gw.smem_bytes(c.consumers, c.qn, c.stages, False) <= gw.smem_limit(SM90, c.per_sm)
     # tile_size is the instruction's N: the seed's tile 32 with one consumer is a 64 x 128 tile of 4 of them.
@@ -157,7 +158,8 @@ def test_heuristic_fills_the_sms_and_tuning_offers_the_other_tiles():
     split = gw.choices(gk.packed("float32", 4096, 4096, 4096), cfg, SM90, split=True)
     assert all(c.qn <= gw.SPLIT_MAX and c.split for c in split)
     # 3xTF32: 128-wide tiles first (1000³: one consumer, 128 tiles of 64 x 128; 64-wide ones measured 20-40% slower)
-    assert [(c.consumers, c.qn) for c in split] == [(2, 128), (1, 128), (2, 64), (1, 64)]
+    assert [(c.consumers, c.qn, c.cluster) for c in split] == [(2, 128, 1), (1, 128, 1), (2, 64, 1), (1, 64, 1),
+                                                                (2, 128, 2)]
     assert (gw.choices(gk.packed("float32", 1000, 1000, 1000), cfg, SM90, split=True)[0].consumers) == 1
     for c in big + split:
         assert gw.smem_bytes(c.consumers, c.qn, c.stages, c.split) <= SM90.smem_per_block
@@ -214,6 +216,41 @@ def test_every_variant_compiles_for_sm90a_without_spills(trans_a, trans_b, split
         assert built.spill_bytes == 0, f"{spec.name} spills {built.spill_bytes} bytes"
         assert built.registers is not None and built.registers <= 240
         assert "C7513" not in built.log, f"{spec.name}: ptxas serialises the wgmmas:\n{built.log}"
+
+
+# (trans_a, trans_b, split, consumers, qn, per_sm, bcast): thread-block clusters of 2 over every layout, TF32 and
+# 3xTF32, one and two consumers, two blocks per SM, batched with a broadcast operand.
+_CLUSTER_VARIANTS = [(False, True, False, 2, 256, 1, ""), (False, False, False, 2, 256, 1, ""),
+                     (True, True, False, 2, 256, 1, "b"), (False, False, False, 1, 128, 2, "a"),
+                     (True, False, True, 2, 128, 1, "b")]
+
+
+@pytest.mark.parametrize("trans_a, trans_b, split, consumers, qn, per_sm, bcast", _CLUSTER_VARIANTS,
+                         ids=[f"{'t' if a else 'n'}{'t' if b else 'n'}-{'3x' if s else 'tf32'}-{c}x{q}-b{p}"
+                              + (f"-batched-{bc}" if bc else "") for a, b, s, c, q, p, bc in _CLUSTER_VARIANTS])
+def test_cluster_variants_compile_and_launch_whole_clusters(trans_a, trans_b, split, consumers, qn, per_sm, bcast):
+    """cluster=2: __cluster_dims__ in the source, the launch's cluster and a grid of whole clusters (odd unit
+    counts too), no spills, no serialised wgmmas; a target without clusters refuses it."""
+    choice = gw.WgmmaChoice(consumers, qn, gw.stages_for(consumers, qn, split, SM90, per_sm), split=split,
+                            per_sm=per_sm, cluster=2)
+    for m in (1000, 132 * 128 + 64 * 3):       # the second: more units than clusters fit, an odd P-tile count
+        problem = (_batched_problem(3, m, 1000, 1000, trans_a, trans_b, bcast=bcast) if bcast
+                   else gk.packed("float32", m, 1000, 1000, trans_a, trans_b))
+        plan = gw.plan(problem, choice, SM90)
+        plan.check_target(SM90)
+        launch = plan.launches[-1]
+        assert launch.cluster == (2, 1, 1) and launch.grid[0] % 2 == 0 and "_c2_" in launch.spec.name
+        assert launch.grid[0] <= SM90.sm_count * per_sm and launch.grid[0] // 2 <= gw.units(problem, choice)
+    source = kernels.source(launch.spec)
+    # a cluster-scope release on the stage arrivals is a MEMBAR.ALL.GPU each in SASS: the build ran 2.5x slower
+    assert "__cluster_dims__(CLUSTER, 1, 1)" in source and "mbarrier.arrive.release.cluster" not in source
+    built = kernels.compile_fresh(launch.spec, "sm_90")
+    assert built.spill_bytes == 0, f"{launch.spec.name} spills {built.spill_bytes} bytes"
+    assert "C7513" not in built.log and "C7508" not in built.log, built.log
+    with pytest.raises(ValueError, match="use cluster=1"):
+        gw.plan(problem, dataclasses.replace(choice, cluster=4), SM90)
+    with pytest.raises(ValueError, match="thread-block clusters"):
+        plan.check_target(SM80)
 
 
 # --- GPU ------------------------------------------------------------------------------------------
@@ -358,6 +395,32 @@ def test_blocks_per_sm_and_instruction_widths_on_gpu(rng, layout):
                 problem = dataclasses.replace(problem, stride_a=0, stride_b=0, stride_c=0)
             name = _run_batched(rng, problem, choice)
             assert choice.label in name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["nt", "nn", "tt"])
+@pytest.mark.parametrize("batch, m, n, k, alpha, beta, bcast", [
+    (1, 7, 36, 36, 1.0, 0.0, None), (1, 260, 300, 1004, 0.5, -1.0, None), (1, 1000, 1000, 1000, 1.0, 0.0, None),
+    (3, 260, 4100, 132, -0.5, 1.5, "b"), (5, 33, 4, 260, 2.0, 0.0, "a")], ids=["tiny", "odd", "1000", "batched", "narrow"])
+def test_clusters_match_float64(rng, batch, m, n, k, alpha, beta, bcast, layout):
+    """Pairs of blocks sharing the Q tile through TMA multicast (cluster=2): every layout, TF32 and 3xTF32 (also on
+    unaligned operands), one and two consumers, two blocks per SM, odd P-tile counts (a rank past the last
+    P-tile), more units than clusters (batched), partial tiles, alpha/beta; C poisoned, canaries checked."""
+    m = m + (-m % 4 if layout[0] else 0)
+    problem = _batched_problem(batch, m, n, k, *layout, alpha=alpha, beta=beta, bcast=bcast)
+    if batch == 1:
+        problem = dataclasses.replace(problem, stride_a=0, stride_b=0, stride_c=0)
+    for consumers, qn, per_sm, split in ((2, 256, 1, False), (2, 64, 1, False), (1, 128, 2, False), (1, 32, 1, False),
+                                         (2, 128, 1, True)):
+        choice = gw.WgmmaChoice(consumers, qn, gw.stages_for(consumers, qn, split, SM90, per_sm), split=split,
+                                per_sm=per_sm, cluster=2)
+        assert choice.label in _run_batched(rng, problem, choice) and "_c2_" in choice.label + "_"
+    odd = dataclasses.replace(_batched_problem(batch, m + 1, n + 1, k + 1, *layout, alpha=alpha, beta=beta,
+                                               bcast=bcast), aligned=False)
+    if batch == 1:
+        odd = dataclasses.replace(odd, stride_a=0, stride_b=0, stride_c=0)
+    split = gw.WgmmaChoice(1, 64, gw.stages_for(1, 64, True, SM90), split=True, cluster=2)
+    assert _run_batched(rng, odd, split).endswith("_unaligned" + ("_batched" if batch > 1 else ""))
 
 
 @pytest.mark.gpu

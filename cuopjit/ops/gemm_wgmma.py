@@ -3,7 +3,10 @@
 Operands come in by TMA (tensor maps built on the device: the plan is fixed, the pointers are not)
 through a multi-stage mbarrier pipeline; a producer warpgroup feeds 1 or 2 consumer warpgroups;
 the grid is persistent (one block per SM; two with one consumer warpgroup) and walks its tiles in
-L2-friendly bands. A batched problem (GemmProblem.batch > 1) is one launch: the tensor maps take the
+L2-friendly bands; `cluster` 2 pairs blocks in a thread-block cluster that share the Q tile (each loads
+half of it and multicasts it to both: L2 reads Q once per pair), a tuning candidate only: on the H100 it
+ran 0-2.4% slower than cluster 1 at 4096³, 8192³ and 4096²x1000, the same at 1000³ (NOTES.md "10 — wgmma
+clusters"). A batched problem (GemmProblem.batch > 1) is one launch: the tensor maps take the
 batch as a third dimension (a broadcast operand, stride 0, has extent 1 there) and the blocks walk
 the entries one after another.
 
@@ -45,6 +48,7 @@ MAX_STAGES = 6
 SPLIT_MAX = 128                      # widest 3xTF32 tile: a k-tile's sum and the running total in 128 registers
 SPLIT_SIDE = 200                     # 3xTF32 is routed here from M N >= SPLIT_SIDE (M + N): the split moves
                                      # 12 (M + N) K bytes against 2 M N K flops (33 x 4097 x 1000: 0.56x SGEMM, SIMT 0.67x)
+CLUSTERS = (1, 2)                    # blocks per thread-block cluster (2: the Q tile multicast to a pair)
 MAP_BYTES = 256                      # two 128-byte tensor maps (P, Q) per block in the workspace; 3xTF32: two pairs
 UNITS = {False: "TF32 tensor cores (wgmma)", True: "TF32 tensor cores, 3 products (wgmma 3xTF32)"}
 
@@ -66,7 +70,8 @@ class Warpgroups:
 class WgmmaChoice(Warpgroups):
     """One build of the wgmma kernel: consumer warpgroups, tile width qn, stages, tile-order band, precision;
     `ni`: the N of each wgmma instruction (0: qn, one instruction per k-step); `per_sm`: blocks per SM
-    (2 only with one consumer: two tiles in flight per SM)."""
+    (2 only with one consumer: two tiles in flight per SM); `cluster`: blocks per thread-block cluster (2: neighbouring
+    P-tiles share their Q tile through TMA multicast)."""
     consumers: int
     qn: int
     stages: int
@@ -76,6 +81,7 @@ class WgmmaChoice(Warpgroups):
     opts: kernels.CompileOpts = kernels.DEFAULT_OPTS
     per_sm: int = 1
     ni: int = 0
+    cluster: int = 1
 
     @property
     def instr_n(self) -> int:
@@ -85,7 +91,7 @@ class WgmmaChoice(Warpgroups):
     def label(self) -> str:
         return (f"wgmma_t{self.pm}x{self.qn}x{BK}" + (f"_i64x{self.ni}x{BK}" if self.instr_n != self.qn else "")
                 + f"_s{self.stages}_g{self.group}" + ("_3xtf32" if self.split else "")
-                + (f"_b{self.per_sm}" if self.per_sm > 1 else "")
+                + (f"_b{self.per_sm}" if self.per_sm > 1 else "") + (f"_c{self.cluster}" if self.cluster > 1 else "")
                 + ("" if self.unroll else "_nounroll"))
 
 
@@ -156,6 +162,13 @@ def tiles(problem, consumers: int, qn: int, split: bool = False) -> int:
     return cdiv(rows_p, 64 * consumers) * cdiv(rows_q, qn) * problem.batch
 
 
+def units(problem, choice: WgmmaChoice) -> int:
+    """Work units of the persistent grid: cluster-sized runs of P-tiles (one Q-tile), over every batch entry."""
+    p_is_a = choice.split or layout(problem.trans_a, problem.trans_b)[0]
+    rows_p, rows_q = (problem.m, problem.n) if p_is_a else (problem.n, problem.m)
+    return cdiv(cdiv(rows_p, choice.pm), choice.cluster) * cdiv(rows_q, choice.qn) * problem.batch
+
+
 def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
     """tile_size / block_size as the config names them, or the heuristic's pick then the other candidates.
 
@@ -186,6 +199,8 @@ def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
     head = found[0]
     if head.per_sm == 2:    # one block per SM is a tuning candidate too
         found.append(dataclasses.replace(head, per_sm=1, stages=stages_for(head.consumers, head.qn, split, target)))
+    if target.clusters:     # the Q tile multicast over a pair of blocks: a candidate, never the pick (measured no gain)
+        found.append(dataclasses.replace(head, cluster=2))
     return found
 
 
@@ -213,6 +228,12 @@ def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
     if choice.per_sm not in (1, 2) or choice.per_sm == 2 and (choice.consumers != 1 or choice.split or choice.qn > 128):
         raise ValueError(f"GEMM wgmma per_sm={choice.per_sm}: two blocks per SM need one consumer warpgroup, "
                          "TF32 and a tile at most 128 wide (128 registers per thread): use per_sm=1")
+    if choice.cluster not in CLUSTERS or choice.group % choice.cluster or (choice.qn // choice.cluster) % 8:
+        raise ValueError(f"GEMM wgmma cluster={choice.cluster} group={choice.group} qn={choice.qn}: a cluster is one of "
+                         f"{CLUSTERS} blocks, dividing the tile-order band and splitting the tile width into parts of "
+                         "whole 8-row groups: use cluster=1")
+    if choice.cluster > 1 and not target.clusters:
+        raise ValueError(f"GEMM wgmma cluster={choice.cluster}: {target.arch} has no thread-block clusters: use cluster=1")
     regs = {(2, 1): 232, (1, 1): 240, (1, 2): 216}[choice.consumers, choice.per_sm]
     # float2 stores of C: only 3xTF32 takes unaligned C or odd batch strides (TF32 refuses them in why_not)
     pairs = problem.aligned and (problem.batch == 1 or problem.stride_c % 4 == 0)
@@ -221,23 +242,24 @@ def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
         "CONSUMERS": choice.consumers, "GROUP": choice.group, "SPLIT": choice.split, "P_IS_A": p_is_a,
         "NI": choice.instr_n, "P_KMAJOR": p_kmajor, "P_REGS": not p_kmajor,
         "MIN_BLOCKS": choice.per_sm, "SETMAXNREG": True, "CONSUMER_REGS": regs, "BATCHED": problem.batch > 1,
-        "C_PAIRS": pairs,
+        "C_PAIRS": pairs, "CLUSTER": choice.cluster,
     }
     # 3xTF32 multiplies the K-major parts (P = A, Q = B^T) whatever the layout the operands are stored in
     ops = "nt" if choice.split else ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
     name = (f"gemm_f32_{choice.label}_{ops}" + ("" if pairs else "_unaligned")
             + ("_batched" if problem.batch > 1 else ""))
     spec = kernels.make_spec(TEMPLATE, "gemm_wgmma", name, params, choice.opts, arch_specific=True)
-    grid = min(tiles(problem, choice.consumers, choice.qn, choice.split), target.sm_count * choice.per_sm)
+    grid = choice.cluster * min(units(problem, choice), target.sm_count * choice.per_sm // choice.cluster)
     maps = grid * MAP_BYTES * (2 if choice.split else 1)
     scalars = (scalar("float32", problem.alpha), scalar("float32", problem.beta))
+    cl = (choice.cluster, 1, 1)
     shared = smem_bytes(choice.consumers, choice.qn, choice.stages, choice.split)
     if not choice.split:
         args = (ptr(0), ptr(1), ptr(2), ptr(3), i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
                 i32(problem.ldb), i32(problem.ldc), *scalars)
         if problem.batch > 1:
             args += (i64(problem.stride_a), i64(problem.stride_b), i64(problem.stride_c), i32(problem.batch))
-        launch = KernelLaunch(spec, (grid,), (choice.threads,), args, shared=shared, units=UNITS[False])
+        launch = KernelLaunch(spec, (grid,), (choice.threads,), args, shared=shared, cluster=cl, units=UNITS[False])
         return Plan((launch,), ("a", "b", "c"), workspace=maps, choice=choice.label)
     lay = gemm_split.SplitLayout.of(problem, maps)
     args = (ptr(3, lay.p_hi), ptr(3, lay.q_hi), ptr(2), ptr(3), i32(problem.m), i32(problem.n), i32(problem.k),
@@ -246,5 +268,5 @@ def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
         args += (i64(lay.stride_p), i64(lay.stride_q), i64(problem.stride_c), i32(problem.batch))
     args += (i64(lay.lo_p), i64(lay.lo_q))
     prep = gemm_split.launches(problem, lay, choice.unroll, choice.opts, 3)
-    launch = KernelLaunch(spec, (grid,), (choice.threads,), args, shared=shared, units=UNITS[True])
+    launch = KernelLaunch(spec, (grid,), (choice.threads,), args, shared=shared, cluster=cl, units=UNITS[True])
     return Plan((*prep, launch), ("a", "b", "c"), workspace=lay.end, choice=choice.label)

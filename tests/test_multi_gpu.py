@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 import cuopjit
+from cuopjit import executor
+from cuopjit.ops.base import DEFAULT
 from cuopjit.target import of_device
 
 pytestmark = pytest.mark.gpu
@@ -46,7 +48,10 @@ def test_gemm_on_each_device(two_gpus, rng):
         g.forward(a, c)
         out = c.to_numpy()
         assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
-    assert len({spec_dev for (*_, spec_dev, _) in g._launches}) == 2
+    # One plan per device, each with its own module loaded on that device (a cubin loaded per device).
+    runners = [executor.runner_of(run) for run in g.memo(DEFAULT).values()]
+    assert sorted(r.ordinal for r in runners) == [0, 1]
+    assert all(k.function.device.ordinal == r.ordinal for r in runners for k in r.kernels)
 
 
 def test_tensor_on_other_device_is_named(two_gpus):

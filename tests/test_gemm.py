@@ -340,9 +340,12 @@ def test_split_k_plans_sum_their_slices(rng, m, n, k, trans_a, trans_b, split, s
 def test_split_k_is_built_for_single_problems_on_the_one_stage_kernel():
     for problem, fields in ((gk.GemmProblem("float32", 8, 8, 64, False, False, True, 1.0, 0.0, 64, 8, 8, batch=2,
                                             stride_a=512, stride_b=512, stride_c=64), {}),
-                            (gk.packed("float64", 64, 64, 64), {"stages": 4})):
-        choice = dataclasses.replace(gk.GemmChoice(shapes.TUNED[problem.dtype, bool(fields)][0]), split_k=2, **fields)
-        with pytest.raises(ValueError, match=r"split_k=2 is built for one problem \(not a batch\) on the one-stage"):
+                            (gk.packed("float64", 64, 64, 64), {"stages": 4}),
+                            (gk.GemmProblem("float32", 8, 8, 64, False, False, True, 1.0, 0.0, 64, 8, 8, batch=2,
+                                            stride_a=512, stride_b=512, stride_c=64), {"stages": 3})):
+        mma = problem.dtype == "float64" and bool(fields)
+        choice = dataclasses.replace(gk.GemmChoice(shapes.TUNED[problem.dtype, mma][0]), split_k=2, **fields)
+        with pytest.raises(ValueError, match=r"split_k=2 is built for one problem \(not a batch\) on the SIMT kernels"):
             gk.plan(problem, choice, SM90)
 
 
@@ -350,8 +353,9 @@ DMMA128 = shapes.Shape(True, 128, 128, 16, 2, 4)
 
 
 @pytest.mark.parametrize("dtype, shape, fields, message", [
-    ("float32", shapes.TUNED["float32", False][0], {"stages": 3},
-     "stages=3 \\(cp.async\\) is built for the mma.sync kernel only: choose stages=1 for SIMT"),
+    ("float64", shapes.TUNED["float64", False][0], {"stages": 3},
+     "stages=3 \\(cp.async\\) is built for the mma.sync kernels and float32 SIMT: choose stages=1"),
+    ("float32", shapes.Shape(False, 64, 64, 4, 4, 4), {"stages": 3}, "BK=4 must be a multiple of 8"),
     ("float64", DMMA128, {"stages": 5}, "stages=5: choose 1 \\(registers, two buffers\\) or 2..4 \\(cp.async\\)"),
     ("float32", shapes.Shape(True, 128, 128, 16, 2, 4), {"stages": 3}, "needs BK a power of two of at least 32"),
     ("float64", shapes.Shape(True, 32, 64, 16, 1, 8), {"stages": 3}, "pairs n8 tiles"),
@@ -392,6 +396,87 @@ def test_async_variants_compile_without_spills(arch):
         plan = gk.plan(gk.packed(dtype, 1000, 1000, 1000, ta, tb, aligned), gk.GemmChoice(shape, **fields), named(arch))
         _, info = kernels.build(plan.launches[0].spec, arch, persistent=False)
         assert info.spill_bytes == 0, f"{plan.launches[0].spec.name} spills {info.spill_bytes} bytes on {arch}"
+
+
+SIMT_AUTO = (*shapes.AUTO_SIMT, shapes.SKINNY_SIMT)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_simt_async_variants_compile_without_spills(arch):
+    """gemm_simt_async.cu.jinja: every heuristic float32 SIMT shape at stages 3 in every layout (aligned and not
+    in turn), at stages 2 and 4 with A @ B aligned and A^T @ B^T unaligned; split-K and a batch once."""
+    for shape in SIMT_AUTO:
+        cases = [(3, tr, i % 2 == 0) for i, tr in enumerate(TRANS)]
+        cases += [(st, tr, al) for st in (2, 4) for tr, al in (((False, False), True), ((True, True), False))]
+        for stages, (ta, tb), aligned in cases:
+            problem = gk.packed("float32", 1000, 1000, 1000, ta, tb, aligned)
+            launch = gk.plan(problem, gk.GemmChoice(shape, stages=stages), named(arch)).launches[0]
+            assert launch.spec.template == "gemm_simt_async.cu.jinja" and launch.shared > 0
+            _, info = kernels.build(launch.spec, arch, persistent=False)
+            assert info.spill_bytes == 0, f"{launch.spec.name} spills {info.spill_bytes} bytes on {arch}"
+    batch = gk.GemmProblem("float32", 70, 90, 20, True, False, False, 1.0, 0.5, 70, 90, 90, batch=3,
+                           stride_a=1400, stride_b=1800, stride_c=6300)
+    for problem, choice in ((gk.packed("float32", 33, 4097, 1000), gk.GemmChoice(shapes.SKINNY_SIMT, 3, split_k=7)),
+                            (batch, gk.GemmChoice(shapes.AUTO_SIMT[0], 4)),
+                            (gk.packed("float32", 4096, 4096, 4096, True), gk.GemmChoice(shapes.ASYNC_SIMT, 2))):
+        spec = gk.plan(problem, choice, named(arch)).launches[0].spec
+        assert kernels.build(spec, arch, persistent=False)[1].spill_bytes == 0, spec.name
+
+
+@pytest.mark.parametrize("field, token", [("enable_loop_unroll", '_Pragma("unroll 1")'),
+                                          ("enable_shared_memory_opt", "#define LDA_S (BM + 0)"),
+                                          ("enable_memory_coalescing", "#define VEC 1")])
+def test_every_switch_changes_the_simt_cp_async_kernel(field, token):
+    problem = gk.packed("float32", 4096, 4096, 4096)
+    choices = [gk.choices(problem, make_config(**f).snapshot(), SM90)[0] for f in ({}, {field: False})]
+    base, changed = (gk.plan(problem, dataclasses.replace(c, stages=3), SM90).specs[0] for c in choices)
+    assert base.template == changed.template == "gemm_simt_async.cu.jinja"
+    src = kernels.source(changed)
+    assert token in src and token not in kernels.source(base) and changed.name != base.name
+
+
+@pytest.mark.parametrize("m, n, k, trans_a, trans_b, stages, split, batch", [
+    (33, 4097, 1000, False, False, 3, 4, 1), (70, 90, 20, True, True, 2, 4, 1), (64, 64, 1001, True, False, 4, 8, 1),
+    (70, 90, 20, False, True, 3, 1, 3), (7, 33, 129, True, False, 4, 1, 2)])
+def test_simt_async_plans_split_k_and_batches(rng, m, n, k, trans_a, trans_b, stages, split, batch):
+    """The SIMT cp.async kernel takes split-K (slices of whole k-tiles, summed by splitk_reduce) and batches:
+    the plan's launches, run in NumPy, give alpha op(A) op(B) + beta C (C NaN with beta 0 never read)."""
+    for beta in (0.0, 0.5):
+        sa, sb, sc = m * k, k * n, m * n
+        problem = dataclasses.replace(gk.packed("float32", m, n, k, trans_a, trans_b, aligned=False, alpha=1.5,
+                                                beta=beta), batch=batch, stride_a=sa * (batch > 1),
+                                      stride_b=sb * (batch > 1), stride_c=sc * (batch > 1))
+        plan = gk.plan(problem, gk.GemmChoice(shapes.AUTO_SIMT[1], stages=stages, split_k=split), SM90)
+        assert plan.launches[0].spec.template == "gemm_simt_async.cu.jinja"
+        assert len(plan.launches) == (2 if split > 1 else 1)
+        a = rng.standard_normal((batch, k, m) if trans_a else (batch, m, k))
+        b = rng.standard_normal((batch, n, k) if trans_b else (batch, k, n))
+        c = rng.standard_normal((batch, m, n)) if beta else np.full((batch, m, n), np.nan)
+        bufs = [a.ravel().copy(), b.ravel().copy(), c.ravel().copy(), np.full(plan.workspace // 4 + 1, np.nan)]
+        blas_emulate.run(plan, bufs, 4)
+        ref = 1.5 * (np.swapaxes(a, 1, 2) if trans_a else a) @ (np.swapaxes(b, 1, 2) if trans_b else b)
+        ref = ref + (beta * c if beta else 0.0)
+        assert np.allclose(bufs[2].reshape(batch, m, n), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_simt_async_is_a_tuning_candidate_where_both_operands_are_k_major():
+    """A^T @ B, aligned: the cp.async SIMT kernel (BK 32, 2 stages) is the last tuning candidate, never the first;
+    other layouts and unaligned operands do not get it."""
+    for ta, tb, aligned in itertools.product((False, True), (False, True), (True, False)):
+        found = gk.choices(gk.packed("float32", 4096, 4096, 4096, ta, tb, aligned), JITConfig().snapshot(), SM90)
+        assert found[0].stages == 1
+        assert (found[-1] == gk.GemmChoice(shapes.ASYNC_SIMT, stages=2)) == (ta and not tb and aligned)
+
+
+def test_simt_async_shared_memory_and_what_it_cannot_build():
+    """Dynamic shared memory: stages x BK x (BM + 4 + BN + 4) floats; float64 SIMT and shapes whose copies do not
+    share out evenly raise saying what to choose."""
+    plan = gk.plan(gk.packed("float32", 4096, 4096, 4096), gk.GemmChoice(shapes.AUTO_SIMT[0], stages=4), SM90)
+    assert plan.launches[0].shared == 4 * 16 * (132 + 132) * 4 == shapes.async_smem(shapes.AUTO_SIMT[0], "float32", 4)
+    assert "#define STAGES 4" in kernels.source(plan.specs[0]) and plan.specs[0].name.endswith("_s4_nn_v4")
+    odd = shapes.Shape(False, 32, 32, 8, 2, 2)   # 256 threads: a 8 x 32 k-major tile is 64 16-byte copies
+    assert "cannot copy a 8 x 32 tile" in shapes.why_not(odd, "float32", 3)
+    assert shapes.why_not(odd, "float32", 1) is None
 
 
 def test_a_choice_may_have_bm_unequal_bn():
@@ -675,3 +760,53 @@ def test_errors():
         g.forward(cuopjit.empty([2, 5]), cuopjit.empty([2, 4]))
     with pytest.raises(TypeError, match="GemmFloat: a is float64"):
         g.forward(cuopjit.empty([2, 5], "float64"), cuopjit.empty([2, 3]))
+
+
+SIMT_ASYNC_CASES = [  # (shape, choice fields): every depth, both tile orders, every switch off, split-K, BK 32
+    (shapes.AUTO_SIMT[0], {"stages": 2}),
+    (shapes.AUTO_SIMT[0], {"stages": 3, "raster": "grouped"}),
+    (shapes.AUTO_SIMT[0], {"stages": 4, "split_k": 3}),
+    (shapes.Shape(False, 128, 128, 32, 8, 8), {"stages": 2}),
+    (shapes.AUTO_SIMT[1], {"stages": 3, "split_k": 4}),
+    (shapes.AUTO_SIMT[2], {"stages": 4, "pad": False}),
+    (shapes.AUTO_SIMT[3], {"stages": 3, "unroll": False}),
+    (shapes.AUTO_SIMT[4], {"stages": 2, "coalesce": False}),
+    (shapes.SKINNY_SIMT, {"stages": 3, "split_k": 7}),
+    (shapes.Shape(False, 16, 128, 32, 4, 8), {"stages": 2, "split_k": 7}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, fields", SIMT_ASYNC_CASES,
+                         ids=[f"{s.label}-" + "-".join(f"{k}{v}" for k, v in f.items()) for s, f in SIMT_ASYNC_CASES])
+def test_simt_async_pipeline_on_gpu(rng, shape, fields):
+    """gemm_simt_async.cu.jinja against float64 NumPy: sizes 1, 7, 33, 1000, 4097-wide and tiles cut at every edge,
+    K not a multiple of BK x stages, all four layouts, aligned (16-byte copies) and unaligned rows (4-byte), alpha
+    and beta, C poisoned with NaN (and fenced by canaries)."""
+    choice = gk.GemmChoice(shape, **fields)
+    for (m, n, k), (ta, tb), (alpha, beta) in zip(
+            ((1, 1, 1), (7, 7, 7), (33, 33, 33), (1000, 1000, 1000), (33, 4097, 1000), (257, 263, 129),
+             (130, 70, 68), (64, 96, 200), (4097, 65, 36), (100, 4097, 4)),
+            TRANS * 3, ((1.0, 0.0), (0.5, -1.5), (1.0, 0.0), (-2.0, 1.0), (1.0, 0.0), (0.0, 2.0), (1.5, 0.5),
+                        (1.0, 0.0), (1.0, 1.0), (2.0, 0.0))):
+        _run(rng, np.float32, m, n, k, ta, tb, alpha=alpha, beta=beta, choice=choice)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("trans_a, trans_b", TRANS)
+def test_simt_async_batched_on_gpu(rng, trans_a, trans_b):
+    """A batch of 3 on the SIMT cp.async kernel (one A broadcast when trans_a): each entry against float64 NumPy."""
+    m, n, k, batch = 70, 90, 37, 3
+    a = rng.standard_normal((k, m) if trans_a else (batch, m, k)).astype(np.float32)
+    b = rng.standard_normal((batch, n, k) if trans_b else (batch, k, n)).astype(np.float32)
+    c0 = rng.standard_normal((batch, m, n)).astype(np.float32)
+    problem = gk.GemmProblem("float32", m, n, k, trans_a, trans_b, False, 1.5, 0.5, m if trans_a else k,
+                             k if trans_b else n, n, batch=batch, stride_a=0 if trans_a else m * k, stride_b=n * k,
+                             stride_c=m * n)
+    plan = gk.plan(problem, gk.GemmChoice(shapes.AUTO_SIMT[3], stages=3), cuopjit.target.of_device(0))
+    at, bt, c = cuopjit.tensor(a), cuopjit.tensor(b), cuopjit.tensor(c0)
+    executor.load(plan, 0, DEFAULT)((at.ptr, bt.ptr, c.ptr), 0)
+    a64 = np.broadcast_to(a, (batch, k, m)) if trans_a else a
+    ops = (np.swapaxes(a64, 1, 2) if trans_a else a64).astype(np.float64), b.astype(np.float64)
+    ref = 1.5 * ops[0] @ (np.swapaxes(ops[1], 1, 2) if trans_b else ops[1]) + 0.5 * c0
+    assert rel_error(c.to_numpy(), ref) < _tol(np.float32, k)

@@ -7,6 +7,9 @@ k-tile through registers into the second of two shared buffers (GemmChoice.stage
 gemm_async.cu.jinja is the mma.sync kernel fed by a cp.async pipeline of stages = 2..4 k-tiles
 (16-byte copies where aligned, conflict-free pair fragment reads, swizzled k-major tiles); it is
 float64's default (gemm_shapes.STAGES), where an aligned A @ B runs as C^T = B^T @ A^T (`swapped`).
+gemm_simt_async.cu.jinja is the exact float32 SIMT kernel on a cp.async pipeline of stages = 2..4 k-tiles
+(16-byte copies of operands stored k-major, 4-byte copies that transpose the others; split-K and batches
+as the one-stage kernel).
 GemmChoice.raster "grouped" walks the block tiles in
 bands of 8 tile rows (both templates). Shapes are in gemm_shapes.py. On sm_90 targets float32
 tensor-core work goes to the wgmma kernel instead (gemm_wgmma.py: TMA, warp-specialised,
@@ -35,11 +38,11 @@ rule. How each JITConfig field changes the code:
     precision                 "3xtf32": the wgmma kernel's split-operand mode; float32 elsewhere runs
                               the exact SIMT kernel; float64 raises
     enable_loop_unroll        `#pragma unroll` vs `unroll 1` on the k-loop inside a shared-memory tile
-                              (the cp.async kernel: its mma k-steps)
+                              (the cp.async kernels: their k-steps)
     enable_memory_coalescing  16-byte global loads/stores (where `aligned` allows) vs scalar accesses
-                              (the cp.async kernel: 16-byte vs 4-/8-byte copies)
+                              (the cp.async kernels: 16-byte vs 4-/8-byte copies)
     enable_shared_memory_opt  shared-memory row padding (bank-conflict-free transposed stores) on/off;
-                              in the cp.async kernel the swizzled / padded tiles vs plain rows
+                              in the mma cp.async kernel the swizzled / padded tiles vs plain rows
 optimization_level and max_registers reach NVRTC. With tile_size and block_size both 0 (and not
 "simple"), the other hand-tuned shapes of the same kernel are auto-tuning candidates.
 """
@@ -56,6 +59,7 @@ from ..plan import Family, KernelLaunch, Plan, i32, i64, ptr, scalar
 from ..target import Target
 from . import gemm_shapes as shapes
 from . import gemm_wgmma
+from . import splitk
 from .base import cdiv, dtype_tag, scalar_t, vector_width
 
 TEMPLATE = "gemm.cu.jinja"
@@ -65,10 +69,10 @@ _PAD = {("float32", False): 4, ("float64", False): 2, ("float32", True): 8, ("fl
 UNITS = {("float32", False): "FP32 cores (SIMT)", ("float64", False): "FP64 cores (SIMT)",
          ("float32", True): "TF32 tensor cores (mma.sync)", ("float64", True): "FP64 tensor cores (DMMA mma.sync)"}
 ASYNC_TEMPLATE = "gemm_async.cu.jinja"
+SIMT_ASYNC_TEMPLATE = "gemm_simt_async.cu.jinja"
 RASTERS = ("row", "grouped")
 # Choice fields for what the templates cannot build yet: (field, the only value they build, what it does).
 _BUILT = (("cluster", (1, 1), "no thread-block clusters"),)
-REDUCE_TEMPLATE = "splitk_reduce.cu.jinja"
 # split-K: warps per SM below which, and up to which; the shortest slice and the shortest K that splits
 SPLIT_BELOW, SPLIT_WARPS, SPLIT_MIN_K, SPLIT_FROM_K = 5, 12, 128, 512
 # auto_simt: the fewest warps on the busiest SM, and the least share of its block slots the other SMs keep busy
@@ -222,6 +226,10 @@ def choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list:
         splits = split_for(problem, made[0], target)
         if splits > 1:                  # the unsplit build stays a tuning candidate
             made.insert(0, dataclasses.replace(made[0], split_k=splits))
+        async_simt = GemmChoice(shapes.ASYNC_SIMT, stages=2, **switches)
+        if (problem.dtype == "float32" and not mma and problem.trans_a and not problem.trans_b and problem.aligned
+                and shapes.async_smem(async_simt.shape, "float32", 2) <= target.smem_per_block):
+            made.append(async_simt)     # both operands k-major: 16-byte copies only (gemm_shapes.ASYNC_SIMT)
     # Tuning candidates this target cannot hold (shared memory) drop out; the first choice always stays.
     return made[:1] + [c for c in made[1:] if shapes.why_not(c.shape, problem.dtype, c.stages) is None]
 
@@ -270,7 +278,7 @@ def split_for(problem: GemmProblem, choice: GemmChoice, target: Target) -> int:
     TFLOP/s (32 x 32 tiles; 16 x 128 ones in 8 slices of 128: 11.3), 1000³ 23 -> 29, 256 x 256 x 4096 4.1 -> 17-18;
     where tiles already fill the SMs (2048³, 4096² x 1000) splitting lost 10-25%, and TRSM's updates (K 128-512,
     about 8 warps per SM) lost more to the reduction than they gained (-7%)."""
-    if choice.stages > 1 or problem.batch > 1:
+    if choice.stages > 1 and choice.shape.mma or problem.batch > 1:
         return 1
     s = choice.shape
     warps = cdiv(problem.m, s.bm) * cdiv(problem.n, s.bn) * (s.threads // 32) / target.sm_count
@@ -329,8 +337,13 @@ def plan(problem: GemmProblem, choice, target: Target) -> Plan:
             raise ValueError(f"GEMM stages={choice.stages} of shape {s.label} needs {shared} bytes of shared memory; "
                              f"{target.name} gives a block {target.smem_per_block}: choose stages="
                              f"{shapes.default_stages(name, s, target.smem_per_block)}")
-        params.update({"WARPS_M": s.tm, "WARPS_N": s.tn, "STAGES": choice.stages, "SWIZZLE": choice.pad})
-        spec = kernels.make_spec(ASYNC_TEMPLATE, "gemm", readable, params, choice.opts)
+        if s.mma:
+            params.update({"WARPS_M": s.tm, "WARPS_N": s.tn, "STAGES": choice.stages, "SWIZZLE": choice.pad})
+            spec = kernels.make_spec(ASYNC_TEMPLATE, "gemm", readable, params, choice.opts)
+        else:
+            params.update({"TM": s.tm, "TN": s.tn, "STAGES": choice.stages, "PAD": _PAD[name, False] if choice.pad
+                           else 0, "min_blocks": 2 if s.threads == 256 else 1})
+            spec = kernels.make_spec(SIMT_ASYNC_TEMPLATE, "gemm", readable, params, choice.opts)
     else:
         params.update({"mma": s.mma, "PAD": _PAD[name, s.mma] if choice.pad else 0})
         # Two blocks per SM (a 128-register cap) for float32 at 256 threads, tuned on the H100 (4097^3 SIMT:
@@ -344,13 +357,10 @@ def plan(problem: GemmProblem, choice, target: Target) -> Plan:
                     choice=choice.label)
     # Split-K: the partial products (alpha applied, beta 0) into the workspace, M x N each, then their sum.
     size = problem.m * problem.n
-    part = launch(dataclasses.replace(problem, ldc=problem.n, beta=0.0), spec, s, (ptr(0), ptr(1), ptr(3)))
+    part = launch(dataclasses.replace(problem, ldc=problem.n, beta=0.0), spec, s, (ptr(0), ptr(1), ptr(3)), shared)
     part = dataclasses.replace(part, grid=(*part.grid[:2], splits), args=(*part.args, i32(chunk), i64(size)))
-    reduce = kernels.make_spec(REDUCE_TEMPLATE, "splitk_reduce", f"gemm_splitk_reduce_{dtype_tag(dtype)}",
-                               {"scalar_t": scalar_t(dtype), "unroll": choice.unroll}, choice.opts)
-    sums = KernelLaunch(reduce, (min(cdiv(size, 256), 8 * target.sm_count),), (256,),
-                        (ptr(3), ptr(2), i32(problem.m), i32(problem.n), i32(problem.ldc), i32(splits),
-                         scalar(dtype, problem.beta)), units=UNITS[problem.dtype, False])
+    sums = splitk.reduce_launch(dtype, ptr(3), ptr(2), problem.m, problem.n, problem.ldc, splits, problem.beta, target,
+                                UNITS[problem.dtype, False], choice.unroll, choice.opts)
     return Plan((part, sums), ("a", "b", "c"), workspace=splits * size * dtype.itemsize, choice=choice.label)
 
 
@@ -359,9 +369,9 @@ def split_k(problem: GemmProblem, choice: GemmChoice) -> tuple[int, int]:
     split_k of them (fewer where K is short); (1, K) without split-K."""
     if choice.split_k == 1 or problem.k == 0:
         return 1, problem.k
-    if choice.split_k < 1 or choice.stages > 1 or problem.batch > 1:
-        raise ValueError(f"GEMM split_k={choice.split_k} is built for one problem (not a batch) on the one-stage "
-                         "kernel (stages=1), at least 1: use split_k=1 there")
+    if choice.split_k < 1 or choice.stages > 1 and choice.shape.mma or problem.batch > 1:
+        raise ValueError(f"GEMM split_k={choice.split_k} is built for one problem (not a batch) on the SIMT kernels "
+                         "and the one-stage mma.sync kernel (stages=1), at least 1: use split_k=1 there")
     chunk = cdiv(cdiv(problem.k, choice.split_k), choice.shape.bk) * choice.shape.bk
     return cdiv(problem.k, chunk), chunk
 

@@ -6,7 +6,8 @@ warp layout WARPS_M x WARPS_N, times WARPS_K k-groups when a block has more warp
 warp tiles. The hand-tuned shapes (measured on the H100) come first; any other (tile, threads)
 pair is derived by rule and checked by `why_not`, which states the templates' own constraints
 (their static_asserts) for a pipeline depth: stages 1 (gemm.cu.jinja, static shared memory) or
-2..4 (gemm_async.cu.jinja, mma.sync only, dynamic shared memory; `default_stages` is the heuristic).
+2..4 (cp.async, dynamic shared memory: gemm_async.cu.jinja for mma.sync, gemm_simt_async.cu.jinja for float32
+SIMT; `default_stages` is the heuristic).
 """
 from __future__ import annotations
 
@@ -98,6 +99,11 @@ AUTO_SIMT = (_simt(128, 256, 8, 8, 16), Shape(False, 128, 64, 16, 8, 8), Shape(F
 # 128 columns keep 32 outputs per thread at 64 threads (33 x 4097 x 1000: 11.1-11.3 TFLOP/s in 7 K slices against
 # 8.6 for 32 x 32 tiles in 3).
 SKINNY_SIMT = Shape(False, 16, 128, 16, 4, 8)
+# float32 SIMT on the cp.async pipeline (gemm_simt_async.cu.jinja, 2 stages): BK 32 costs it no staging registers.
+# An auto-tuning candidate where both operands are stored k-major and aligned (A^T @ B: 16-byte copies only): H100
+# 4096^3 46.7 TFLOP/s against 45.2 for the one-stage kernel; where a copy transposes (A @ B, B^T) it ran 10-30% slower
+# (benchmarks/NOTES.md "10 — SIMT on a cp.async pipeline").
+ASYNC_SIMT = Shape(False, 128, 128, 32, 8, 8)
 # float64 DMMA with the tile left to the heuristic where it would take 128 x 128, aligned operands (which run
 # the both-transposed "swap" layout and its pipelined k-loop): 128 x 64 blocks, two per SM, cuBLAS's own DGEMM
 # tile (H100, TFLOP/s against 128 x 128, DGEMM v6: 4096^3 50.2 / 50.0, 2048^3 51.3 / 52.1, 4096^2 x 1000
@@ -107,7 +113,8 @@ WIDE = {("float64", True): Shape(True, 128, 64, 16, 2, 2)}
 # (half the barriers, but the one-buffer k-loop: 42.9 TFLOP/s at 4096^3 against 48.1 for BK 16 pipelined, one run).
 CANDIDATES = {("float64", True): (Shape(True, 128, 128, 32, 2, 4),)}
 # Default pipeline depth per kind: 1 is gemm.cu.jinja (registers -> two shared buffers); 2..4 is
-# gemm_async.cu.jinja (cp.async stages; mma.sync only). A shape the deeper pipeline cannot build keeps 1.
+# gemm_async.cu.jinja (mma.sync) or gemm_simt_async.cu.jinja (float32 SIMT) on cp.async stages. A shape the
+# deeper pipeline cannot build keeps 1.
 STAGES = {("float32", False): 1, ("float64", False): 1, ("float32", True): 1, ("float64", True): 4}
 MAX_STAGES = 4
 # Default block tile order per kind: "row" (row-major) or "grouped" (bands of 8 tile rows walked by column).
@@ -191,7 +198,7 @@ def static_smem(s: Shape, dtype: str, pad: int) -> int:
 
 
 def async_smem(s: Shape, dtype: str, stages: int) -> int:
-    """Bytes of dynamic shared memory of the cp.async kernel: `stages` A and B tiles (16-byte row padding)."""
+    """Bytes of dynamic shared memory of the cp.async kernels: `stages` A and B tiles (16-byte row padding)."""
     r = 16 // np.dtype(dtype).itemsize
     return stages * np.dtype(dtype).itemsize * s.bk * (s.bm + s.bn + 2 * r)
 
@@ -201,6 +208,14 @@ def why_not(s: Shape, dtype: str, stages: int = 1) -> str | None:
     r = 16 // np.dtype(dtype).itemsize
     if stages != 1:
         return _why_not_async(s, dtype, stages, r)
+    reason = _why_not_layout(s, r)
+    if reason is None and static_smem(s, dtype, 8) > STATIC_SMEM:
+        return f"{static_smem(s, dtype, 8)} bytes of shared memory (static shared memory is at most {STATIC_SMEM})"
+    return reason
+
+
+def _why_not_layout(s: Shape, r: int) -> str | None:
+    """The one-stage kernel's thread layout (runs of r scalars per thread), shared memory aside."""
     if min(s.bm, s.bn, s.bk, s.tm, s.tn, s.wk) < 1:
         return "every tile and layout extent must be at least 1"
     if s.mma:
@@ -222,8 +237,6 @@ def why_not(s: Shape, dtype: str, stages: int = 1) -> str | None:
         runs = rows * cols // r
         if cols % r or (runs >= threads and (runs % threads or threads % (cols // r))):
             return f"{threads} threads cannot share out a {rows} x {cols} tile in runs of {r}"
-    if stages == 1 and static_smem(s, dtype, 8) > STATIC_SMEM:
-        return f"{static_smem(s, dtype, 8)} bytes of shared memory (static shared memory is at most {STATIC_SMEM})"
     return None
 
 
@@ -232,7 +245,7 @@ def _why_not_async(s: Shape, dtype: str, stages: int, r: int) -> str | None:
     if not 2 <= stages <= MAX_STAGES:
         return f"stages={stages}: choose 1 (registers, two buffers) or 2..{MAX_STAGES} (cp.async)"
     if not s.mma:
-        return f"stages={stages} (cp.async) is built for the mma.sync kernel only: choose stages=1 for SIMT"
+        return _why_not_simt_async(s, dtype, stages)
     if s.wk != 1:
         return f"stages={stages} has no k-groups: choose stages=1 for {s.wk} k-groups"
     if min(s.bm, s.bn, s.tm, s.tn) < 1 or s.bm % (16 * s.tm) or s.bn % (8 * s.tn):
@@ -249,6 +262,30 @@ def _why_not_async(s: Shape, dtype: str, stages: int, r: int) -> str | None:
                 return f"{s.threads} threads cannot copy a {rows} x {cols} tile in whole rows of {vec}-scalar copies"
     if (s.bn // s.tn // 8) % 2:
         return f"stages={stages} pairs n8 tiles: the warp tile needs an even number of them (BN / WARPS_N = 16·j)"
+    if async_smem(s, dtype, stages) > MAX_ASYNC_SMEM:
+        return f"{async_smem(s, dtype, stages)} bytes of shared memory over {stages} stages (at most {MAX_ASYNC_SMEM})"
+    return None
+
+
+def _why_not_simt_async(s: Shape, dtype: str, stages: int) -> str | None:
+    """gemm_simt_async.cu.jinja's constraints: float32, the SIMT thread layout, whole 8-deep k blocks, copies
+    that share out evenly (k-major rows in 16- or 4-byte copies, transposed 4 x 8 warp chunks)."""
+    if dtype != "float32":
+        return f"stages={stages} (cp.async) is built for the mma.sync kernels and float32 SIMT: choose stages=1"
+    reason = _why_not_layout(s, 4)
+    if reason:
+        return reason
+    threads, warps = s.threads, s.threads // 32
+    if s.bk % 8:
+        return f"stages={stages} (SIMT) copies k in blocks of 8: BK={s.bk} must be a multiple of 8"
+    for cols in (s.bm, s.bn):
+        for vec in (1, 4):
+            per_row, copies = cols // vec, s.bk * cols // vec
+            if copies % threads or (threads % per_row if threads >= per_row else per_row % threads):
+                return f"{threads} threads cannot copy a {s.bk} x {cols} tile in rows of {vec}-scalar copies"
+        chunks, mb = cols // 4 * (s.bk // 8), cols // 4
+        if chunks % warps or (mb % warps if warps <= mb else warps % mb):
+            return f"{warps} warps cannot transpose a {cols} x {s.bk} tile in 4 x 8 chunks"
     if async_smem(s, dtype, stages) > MAX_ASYNC_SMEM:
         return f"{async_smem(s, dtype, stages)} bytes of shared memory over {stages} stages (at most {MAX_ASYNC_SMEM})"
     return None

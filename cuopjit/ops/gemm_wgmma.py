@@ -155,18 +155,17 @@ def stages_for(consumers: int, qn: int, split: bool, target: Target, per_sm: int
     return fit[-1]
 
 
-def tiles(problem, consumers: int, qn: int, split: bool = False) -> int:
-    """Block tiles of the whole launch (every batch entry) with 64 * consumers x qn tiles."""
+def tiles(problem, consumers: int, qn: int, split: bool = False, cluster: int = 1) -> int:
+    """Block tiles of the whole launch (every batch entry) with 64 * consumers x qn tiles; with `cluster` > 1,
+    cluster-sized runs of P-tiles (one Q-tile each)."""
     p_is_a = split or layout(problem.trans_a, problem.trans_b)[0]
     rows_p, rows_q = (problem.m, problem.n) if p_is_a else (problem.n, problem.m)
-    return cdiv(rows_p, 64 * consumers) * cdiv(rows_q, qn) * problem.batch
+    return cdiv(cdiv(rows_p, 64 * consumers), cluster) * cdiv(rows_q, qn) * problem.batch
 
 
 def units(problem, choice: WgmmaChoice) -> int:
     """Work units of the persistent grid: cluster-sized runs of P-tiles (one Q-tile), over every batch entry."""
-    p_is_a = choice.split or layout(problem.trans_a, problem.trans_b)[0]
-    rows_p, rows_q = (problem.m, problem.n) if p_is_a else (problem.n, problem.m)
-    return cdiv(cdiv(rows_p, choice.pm), choice.cluster) * cdiv(rows_q, choice.qn) * problem.batch
+    return tiles(problem, choice.consumers, choice.qn, choice.split, choice.cluster)
 
 
 def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:

@@ -172,9 +172,10 @@ def trsm(dtype: str, side: int, uplo: int) -> dict:
 
 def _trsm_choices(op, b, x, pointers) -> dict:
     """Milliseconds of the plan of every choice the TRSM family offers (what auto-tuning would time)."""
-    from cuopjit import driver, executor
-    from cuopjit.ops import trsm as family
-    from cuopjit.settings import DEFAULT
+    from cuopjit.device import driver
+    from cuopjit.run import executor
+    from cuopjit.ops.gemm import trsm as family
+    from cuopjit.config import DEFAULT
     from cuopjit.target import of_device
     problem, target = op.problem(b, x), of_device(driver.current_ordinal())
     out = {}
@@ -187,9 +188,9 @@ def _trsm_choices(op, b, x, pointers) -> dict:
 def _parts(plan, pointers, by_grid: bool = False) -> dict:
     """Milliseconds of a plan's launches of each kernel kind run alone (where a multi-launch plan's time goes);
     `by_grid`: GEMM launches grouped by grid too (TRSM: one group per level of the recursion)."""
-    from cuopjit import executor
-    from cuopjit.plan import Plan
-    from cuopjit.settings import DEFAULT
+    from cuopjit.run import executor
+    from cuopjit.run.plan import Plan
+    from cuopjit.config import DEFAULT
 
     def key(kl) -> str:
         return kl.spec.kernel + (f" {kl.grid[0]}x{kl.grid[1]}" if by_grid and kl.spec.kernel == "gemm" else "")

@@ -20,9 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cuopjit import codegen, kernels  # noqa: E402
-from cuopjit.cache import EntrySpec, KernelCache  # noqa: E402
-from cuopjit.cache import entry as entry_format  # noqa: E402
+from cuopjit.build import codegen, pipeline  # noqa: E402
+from cuopjit.cache import EntrySpec, KernelCache, entry as entry_format
 from cuopjit.prewarm import representative_plans  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,15 +30,15 @@ from results_io import save_json  # noqa: E402
 
 def _gpu_count() -> int:
     try:
-        from cuopjit import driver
+        from cuopjit.device import driver
         return driver.device_count()
     except ImportError:
         return 0
 
 
-def _specs_by_template() -> dict[str, list[kernels.KernelSpec]]:
+def _specs_by_template() -> dict[str, list[pipeline.KernelSpec]]:
     """Every kernel the operators can ask for, grouped by template."""
-    out: dict[str, list[kernels.KernelSpec]] = {}
+    out: dict[str, list[pipeline.KernelSpec]] = {}
     for planned in representative_plans():
         for spec in planned.plan.specs:
             if spec not in out.setdefault(spec.template, []):
@@ -53,7 +52,7 @@ def _fresh_process_hits(directory: str, entries: list[tuple[EntrySpec, str]], gp
     cache = Cache(directory)
     device = None
     if gpu:
-        from cuopjit import driver
+        from cuopjit.device import driver
         device = driver.get_device(0)
     hit_ms, verify_ms, load_ms = [], [], []
     for spec, kernel in entries:
@@ -66,7 +65,7 @@ def _fresh_process_hits(directory: str, entries: list[tuple[EntrySpec, str]], gp
         hit_ms.append((time.perf_counter() - t0) * 1e3)
         assert hit, spec.name
         if device is not None:
-            from cuopjit import driver
+            from cuopjit.device import driver
             t0 = time.perf_counter()
             driver.load_function(cubin, kernel, device)
             load_ms.append((time.perf_counter() - t0) * 1e3)
@@ -89,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.arch:
         arch = ns.arch
     elif gpus:
-        from cuopjit import driver
+        from cuopjit.device import driver
         arch = driver.get_device(0).arch
     else:
         arch = "sm_90"
@@ -105,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         times = []
         for _ in range(3):
             t0 = time.perf_counter()
-            kernels.build(specs[0], arch, persistent=False)
+            pipeline.build(specs[0], arch, persistent=False)
             times.append((time.perf_counter() - t0) * 1e3)
         result["compile_ms"][template] = {"kernel": specs[0].name, "median": statistics.median(times)}
         print(f"  {template:<24} {specs[0].name:<44} {statistics.median(times):8.1f} ms")
@@ -117,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         entries = []
         for specs in by_template.values():
             for spec in specs:
-                es = kernels.entry_spec(spec, arch)
-                cache.get_or_build(es, lambda spec=spec: kernels.build(spec, arch, persistent=False)[0])
+                es = pipeline.entry_spec(spec, arch)
+                cache.get_or_build(es, lambda spec=spec: pipeline.build(spec, arch, persistent=False)[0])
                 entries.append((es, spec.kernel))
         ctx, queue = mp.get_context("spawn"), None
         hit, verify, load = [], [], []
@@ -166,17 +165,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _pipeline_lookup_us() -> float:
-    """The warm path's lookup: the memoised kernels.get_function probe for a loaded kernel."""
+    """The warm path's lookup: the memoised pipeline.get_function probe for a loaded kernel."""
     spec = representative_plans(["gemm"], ["float32"])[0].plan.specs[0]
-    kernels.get_function(spec, 0, None, False)
+    pipeline.get_function(spec, 0, None, False)
     n = 200_000
-    return timeit.timeit(lambda: kernels.get_function(spec, 0, None, False), number=n) / n * 1e6
+    return timeit.timeit(lambda: pipeline.get_function(spec, 0, None, False), number=n) / n * 1e6
 
 
 _FIRST_GEMM = """
 import time, numpy as np
 import cuopjit
-from cuopjit import driver
+from cuopjit.device import driver
 driver.get_device()                       # context creation: excluded, as the goal says
 t0 = time.perf_counter()
 a = cuopjit.tensor(np.ones((1000, 1000), np.float32))

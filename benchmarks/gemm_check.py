@@ -82,10 +82,10 @@ def bench(out: str | None) -> None:
     from mb_common import time_ms, to_cuopjit
     from results_io import save_json
 
-    from cuopjit import executor
-    from cuopjit.ops import gemm_kernels as gk
-    from cuopjit.ops import gemm_wgmma as gw
-    from cuopjit.settings import DEFAULT
+    from cuopjit.run import executor
+    from cuopjit.ops.gemm import plans as gk
+    from cuopjit.ops.gemm import wgmma as gw
+    from cuopjit.config import DEFAULT
     target = cuopjit.target.of_device(0)
     rows = []
     for (batch, m, n, k), builds in BENCH.items():

@@ -22,8 +22,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import cuopjit  # noqa: E402
-from cuopjit import driver, executor, kernels  # noqa: E402
-from cuopjit.settings import DEFAULT  # noqa: E402
+from cuopjit.device import driver
+from cuopjit.run import executor
+from cuopjit.build import pipeline  # noqa: E402
+from cuopjit.config import DEFAULT  # noqa: E402
 from results_io import require_gpu, save_json  # noqa: E402
 
 BATCH = 500
@@ -67,7 +69,7 @@ def typed_args(launch, pointers):
 
 def graph_replay_us(op, args, kernels_per_graph: int = 100, replays: int = 200) -> float:
     """Host microseconds per kernel of replaying a captured graph of `kernels_per_graph` forwards."""
-    with cuopjit.graph() as g:
+    with cuopjit.device.graph() as g:
         for _ in range(kernels_per_graph):
             op.forward(*args)
     g.replay()
@@ -103,7 +105,7 @@ def main() -> None:
     run = next(iter(op.memo(DEFAULT).values()))      # what forward calls: the launch's closure
     first = executor.runner_of(run).launches[0]
     kl, spec = first.kl, first.kl.spec
-    cubin, _ = kernels.build(spec, dev.arch)
+    cubin, _ = pipeline.build(spec, dev.arch)
     targs = typed_args(first, pointers)
     jit = getattr(cuopjit, "JIT" + type(op).__name__)(op)
     jit.forward(*args, stream=core_stream)

@@ -55,7 +55,7 @@ def run_case(case, repeat: int) -> list[dict]:
     import torch
     import cuopjit
     from cuopjit import target
-    from cuopjit.settings import DEFAULT, RunSettings
+    from cuopjit.config import DEFAULT, RunSettings
     name, dtype, shape, cls, ctor, kwargs, oshape, configs = case
     td = torch_dtype(dtype)
     nbytes = (math.prod(shape) + math.prod(oshape or shape)) * (4 if dtype == "float32" else 8)
@@ -114,7 +114,7 @@ def softmax_gap(repeat: int) -> list[dict]:
     after memory_bound.py in the same device session to see the GPU's state (clocks) as that run leaves it."""
     import torch
     import cuopjit
-    from cuopjit.settings import DEFAULT
+    from cuopjit.config import DEFAULT
     shape, rows = (256, 1024, 256), []
     nbytes = 2 * math.prod(shape) * 4
     for order in ("sweep", "memory_bound"):

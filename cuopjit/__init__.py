@@ -4,34 +4,29 @@ Importing cuopjit never touches the GPU; the first call that needs one initialis
 """
 from ._version import __version__
 from .config import GlobalJITConfig, JITConfig, get_default_global_jit_config, get_default_jit_config
-from .driver import synchronize
+from .device.driver import synchronize
 from .errors import CompileError, CuopjitError, ExecutionError, MemoryError, NoDeviceError
-from .jit import JITWrapper
-from .memory import empty_cache, memory_context, memory_stats, reset_peak_memory_stats, set_memory_fraction
+from .jit import (JITBatchMatMulDouble, JITBatchMatMulFloat, JITBatchNormDouble, JITBatchNormFloat,
+                  JITConvolution2DDouble, JITConvolution2DFloat, JITGemmDouble, JITGemmFloat, JITGemvDouble,
+                  JITGemvFloat, JITLayerNormDouble, JITLayerNormFloat, JITMatMulDouble, JITMatMulFloat,
+                  JITReluDouble, JITReluFloat, JITSoftmaxDouble, JITSoftmaxFloat, JITSymmDouble, JITSymmFloat,
+                  JITTrsmDouble, JITTrsmFloat, JITWrapper)
+from .device.memory import empty_cache, memory_context, memory_stats, reset_peak_memory_stats, set_memory_fraction
 from .explain import explain
-from .ops import GemmDouble, GemmFloat
-from .ops import (AveragePool2DDouble, AveragePool2DFloat, AxpyDouble, AxpyFloat, CopyDouble, CopyFloat, DotDouble,
-                  DotFloat, FlattenDouble, FlattenFloat, GlobalAveragePool2DDouble, GlobalAveragePool2DFloat,
-                  GlobalMaxPool2DDouble, GlobalMaxPool2DFloat, MaxPool2DDouble, MaxPool2DFloat, ReluDouble,
-                  ReluFloat, ScalDouble, ScalFloat, ViewDouble, ViewFloat)
-from .graph import Graph, graph
+from .ops import (AveragePool2DDouble, AveragePool2DFloat, AxpyDouble, AxpyFloat, BatchMatMulDouble,
+                  BatchMatMulFloat, BatchNormDouble, BatchNormFloat, Convolution2DDouble, Convolution2DFloat,
+                  CopyDouble, CopyFloat, DotDouble, DotFloat, FlattenDouble, FlattenFloat, GemmDouble, GemmFloat,
+                  GemvDouble, GemvFloat, GlobalAveragePool2DDouble, GlobalAveragePool2DFloat, GlobalMaxPool2DDouble,
+                  GlobalMaxPool2DFloat, LayerNormDouble, LayerNormFloat, MatMulDouble, MatMulFloat, MaxPool2DDouble,
+                  MaxPool2DFloat, ReluDouble, ReluFloat, ScalDouble, ScalFloat, SoftmaxDouble, SoftmaxFloat,
+                  SymmDouble, SymmFloat, TrsmDouble, TrsmFloat, ViewDouble, ViewFloat)
+from .device.graph import Graph, graph
 from .profile import PerformanceProfile, benchmark
-from .streams import Stream
-from .streams import use as stream
-from .system import get_device, get_device_count, get_memory_info, print_system_info, set_device
-from .tensor import (Tensor, TensorDouble, TensorFloat, empty, eye, from_dlpack, linspace, logspace,
-                     meshgrid, ones, random, tensor, zeros)
-from .wrappers import JITGemmDouble, JITGemmFloat
-from .wrappers import JITReluDouble, JITReluFloat
-from .ops import (BatchMatMulDouble, BatchMatMulFloat, GemvDouble, GemvFloat, MatMulDouble, MatMulFloat,
-                  SymmDouble, SymmFloat, TrsmDouble, TrsmFloat)
-from .wrappers import (JITBatchMatMulDouble, JITBatchMatMulFloat, JITGemvDouble, JITGemvFloat, JITMatMulDouble,
-                       JITMatMulFloat, JITSymmDouble, JITSymmFloat, JITTrsmDouble, JITTrsmFloat)
-from .ops import BatchNormDouble, BatchNormFloat, LayerNormDouble, LayerNormFloat, SoftmaxDouble, SoftmaxFloat
-from .wrappers import (JITBatchNormDouble, JITBatchNormFloat, JITLayerNormDouble, JITLayerNormFloat,
-                       JITSoftmaxDouble, JITSoftmaxFloat)
-from .ops import Convolution2DDouble, Convolution2DFloat
-from .wrappers import JITConvolution2DDouble, JITConvolution2DFloat
+from .device.streams import Stream, use as stream
+from .cli.info import print_system_info
+from .device.driver import current_device as get_device, get_device_count, get_memory_info, set_device
+from .tensor import (Tensor, TensorDouble, TensorFloat, empty, eye, from_dlpack, linspace, logspace, meshgrid, ones,
+                     random, tensor, zeros)
 
 __all__ = [
     "__version__", "JITConfig", "GlobalJITConfig", "get_default_jit_config", "get_default_global_jit_config",

@@ -1,6 +1,6 @@
 """`python -m cuopjit`: the `cuopjit` command."""
 import sys
 
-from .cli import main
+from .cli.main import main
 
 sys.exit(main())

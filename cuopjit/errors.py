@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import builtins
-from typing import Any
+from typing import Any, Callable
 
 
 class CuopjitError(Exception):
@@ -47,18 +47,30 @@ def error_name(err: Any) -> str:
     return getattr(err, "name", None) or str(err)
 
 
-def check(result: tuple, what: str = "") -> Any:
-    """Unpack a cuda.bindings driver return tuple; raise ExecutionError for a non-success status.
+_describe: Callable[[Any], str] = lambda err: ""   # the driver's cuGetErrorString, once cuopjit.device sets it
 
-    Returns None, the single value, or a tuple of values, as the call produced.
+
+def set_describer(describe: Callable[[Any], str]) -> None:
+    """Give `check` the driver's description of a status (called by cuopjit.device.driver, which owns the binding)."""
+    global _describe
+    _describe = describe
+
+
+def check(result: tuple, what: str = "", error: type[CuopjitError] = ExecutionError) -> Any:
+    """Unpack a cuda.bindings return tuple (driver or NVRTC); raise `error` for a non-success status.
+
+    Returns None, the single value, or a tuple of values, as the call produced. The one checker every
+    driver and NVRTC status goes through: driver calls raise ExecutionError (with the driver's name and
+    description of the status); NVRTC calls pass error=CompileError.
     """
     err = result[0]
     if int(err) != 0:
-        from cuda.bindings import driver
         name = error_name(err)
-        _, desc = driver.cuGetErrorString(err)
-        detail = desc.decode() if isinstance(desc, bytes) else ""
-        raise ExecutionError(f"{what or 'CUDA driver call'} failed: {name}" + (f" ({detail})" if detail else ""), name)
+        if error is ExecutionError:
+            detail = _describe(err)
+            raise ExecutionError(f"{what or 'CUDA driver call'} failed: {name}" + (f" ({detail})" if detail else ""),
+                                 name)
+        raise error(f"{what} failed: {name}")
     if len(result) == 1:
         return None
     return result[1] if len(result) == 2 else result[1:]

@@ -14,12 +14,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import compiler, driver, kernels, target as targets
-from .config import JITConfig
+from .build import compiler, pipeline
+from .device import driver
+from . import target as targets, tuning
+from .config import DEFAULT, JITConfig, RunSettings
 from .ops.base import Operator
-from .plan import KernelLaunch, Plan, main_units
+from .run.plan import KernelLaunch, Plan, main_units
 from .profile import benchmark, device_ceilings, unit_kind
-from .settings import DEFAULT, RunSettings
+from .jit import JITWrapper
+from .recipes import SHAPES, build, fake_maker, gpu_maker
+from .ops import FAMILIES
+from .prewarm import check_ops
 
 _MAX_BLOCKS_PER_SM = {80: 32, 86: 16, 89: 24, 90: 32, 100: 32, 120: 32}
 _SMEM_RESERVED_PER_BLOCK = 1024   # bytes the driver keeps per resident block (sm_80 and newer)
@@ -84,9 +89,9 @@ def occupancy(t: targets.Target, threads: int, registers: int, shared: int) -> d
             "from": "target limits"}
 
 
-def _static(spec: kernels.KernelSpec, arch: str) -> compiler.Compiled:
+def _static(spec: pipeline.KernelSpec, arch: str) -> compiler.Compiled:
     """ptxas's report for the kernel (compiled here with the options the cache uses; nothing is stored)."""
-    return kernels.compile_fresh(spec, arch)
+    return pipeline.compile_fresh(spec, arch)
 
 
 def entry_report(log: str, kernel: str) -> compiler.Compiled:
@@ -105,18 +110,9 @@ def entry_report(log: str, kernel: str) -> compiler.Compiled:
 
 def _live(kl: KernelLaunch, settings: RunSettings, ordinal: int) -> dict:
     """cuFuncGetAttribute figures and the driver's resident blocks per SM for the loaded kernel."""
-    drv = driver._driver()
-    fn = kernels.get_function(kl.spec, ordinal, settings.cache_dir, settings.persistent).function
+    fn = pipeline.get_function(kl.spec, ordinal, settings.cache_dir, settings.persistent).function
     fn.reserve_shared(kl.shared)
-    a = drv.CUfunction_attribute
-
-    def get(name: str) -> int:
-        err, value = drv.cuFuncGetAttribute(getattr(a, name), fn.handle)
-        return int(value) if int(err) == 0 else 0
-    threads = kl.block[0] * kl.block[1] * kl.block[2]
-    err, blocks = drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn.handle, threads, kl.shared)
-    return {"registers": get("CU_FUNC_ATTRIBUTE_NUM_REGS"), "static_shared": get("CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES"),
-            "local_bytes": get("CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES"), "blocks": int(blocks) if int(err) == 0 else None}
+    return fn.attributes(kl.block[0] * kl.block[1] * kl.block[2], kl.shared)
 
 
 def _kernel(kl: KernelLaunch, t: targets.Target, settings: RunSettings, live: bool) -> dict:
@@ -144,7 +140,6 @@ def _kernel(kl: KernelLaunch, t: targets.Target, settings: RunSettings, live: bo
 def _why(family: Any, problem: Any, choices: list, settings: RunSettings, t: targets.Target) -> tuple[str, str]:
     """('heuristic' | 'user config' | 'tuning record' | 'auto-tuning', the reason in words)."""
     if settings.tuning and len(choices) > 1:
-        from . import tuning
         timings = tuning.timings(settings, tuning.record_key(family.name, problem, t, settings.config.precision),
                                  [c.label for c in choices])
         if all(c.label in timings for c in choices):
@@ -162,7 +157,6 @@ def _why(family: Any, problem: Any, choices: list, settings: RunSettings, t: tar
 
 
 def _unwrap(op: Any) -> tuple[Operator, RunSettings]:
-    from .jit import JITWrapper
     if isinstance(op, JITWrapper):
         return op.operator, op._current_settings()
     if not isinstance(op, Operator):
@@ -210,12 +204,8 @@ def explain(op: Any, *args: Any, arch: str | None = None, measure: bool = True, 
 
 def explain_family(op: str, dtype: str = "float32", shape: tuple[int, ...] | None = None, arch: str | None = None,
                    config: JITConfig | None = None, measure: bool = True, runs: int = 50) -> Explanation:
-    """`cuopjit explain OP`: a forward of family `op` on `shape` (explain_args.SHAPES), else (a family with
+    """`cuopjit explain OP`: a forward of family `op` on `shape` (recipes.SHAPES), else (a family with
     no shape recipe) its first representative problem of `dtype`, planned but not timed."""
-    from .explain_args import SHAPES, build, fake_maker, gpu_maker
-    from .jit import JITWrapper
-    from .ops import FAMILIES
-    from .prewarm import check_ops
     check_ops([op])
     t, live = _target(arch)
     if op in SHAPES:

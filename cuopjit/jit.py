@@ -10,11 +10,16 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar
 
-from . import executor, streams
-from .config import JITConfig, get_default_global_jit_config, global_generation
+from .run import executor
+from .device import streams
+from .config import DEFAULT, JITConfig, RunSettings, get_default_global_jit_config, global_generation
+from .ops import (BatchMatMulDouble, BatchMatMulFloat, BatchNormDouble, BatchNormFloat, Convolution2DDouble,
+                  Convolution2DFloat, GemmDouble, GemmFloat, GemvDouble, GemvFloat, LayerNormDouble, LayerNormFloat,
+                  MatMulDouble, MatMulFloat, ReluDouble, ReluFloat, SoftmaxDouble, SoftmaxFloat, SymmDouble,
+                  SymmFloat, TrsmDouble, TrsmFloat)
 from .ops.base import Operator
-from .profile import EventPair, PerformanceProfile
-from .settings import DEFAULT, RunSettings
+from .device.events import EventPair
+from .profile import PerformanceProfile
 from .target import named as named_target
 
 _GLOBAL = get_default_global_jit_config()
@@ -132,7 +137,8 @@ class JITWrapper:
             key, pointers, result = op.bind(*args, **kwargs)
             run = self._memo[key]
         except (LookupError, AttributeError, TypeError):
-            run, pointers, result = op.prepared(self._settings, s, args, kwargs)
+            run, pointers, result = op.prepared(self._settings, s, args, kwargs,
+                                                f"{type(self).__name__}({type(op).__name__})")
             self._memo = op.memo(self._settings)
         if self._time_next:
             events = self._events
@@ -150,3 +156,92 @@ class JITWrapper:
         return result
 
     __call__ = forward
+
+
+# The named JIT wrappers of the cuOP API: which operator class each one wraps.
+class JITGemmFloat(JITWrapper):
+    operator_type = GemmFloat
+
+
+class JITGemmDouble(JITWrapper):
+    operator_type = GemmDouble
+
+
+class JITGemvFloat(JITWrapper):
+    operator_type = GemvFloat
+
+
+class JITGemvDouble(JITWrapper):
+    operator_type = GemvDouble
+
+
+class JITMatMulFloat(JITWrapper):
+    operator_type = MatMulFloat
+
+
+class JITMatMulDouble(JITWrapper):
+    operator_type = MatMulDouble
+
+
+class JITBatchMatMulFloat(JITWrapper):
+    operator_type = BatchMatMulFloat
+
+
+class JITBatchMatMulDouble(JITWrapper):
+    operator_type = BatchMatMulDouble
+
+
+class JITSymmFloat(JITWrapper):
+    operator_type = SymmFloat
+
+
+class JITSymmDouble(JITWrapper):
+    operator_type = SymmDouble
+
+
+class JITTrsmFloat(JITWrapper):
+    operator_type = TrsmFloat
+
+
+class JITTrsmDouble(JITWrapper):
+    operator_type = TrsmDouble
+
+
+class JITReluFloat(JITWrapper):
+    operator_type = ReluFloat
+
+
+class JITReluDouble(JITWrapper):
+    operator_type = ReluDouble
+
+
+class JITSoftmaxFloat(JITWrapper):
+    operator_type = SoftmaxFloat
+
+
+class JITSoftmaxDouble(JITWrapper):
+    operator_type = SoftmaxDouble
+
+
+class JITLayerNormFloat(JITWrapper):
+    operator_type = LayerNormFloat
+
+
+class JITLayerNormDouble(JITWrapper):
+    operator_type = LayerNormDouble
+
+
+class JITBatchNormFloat(JITWrapper):
+    operator_type = BatchNormFloat
+
+
+class JITBatchNormDouble(JITWrapper):
+    operator_type = BatchNormDouble
+
+
+class JITConvolution2DFloat(JITWrapper):
+    operator_type = Convolution2DFloat
+
+
+class JITConvolution2DDouble(JITWrapper):
+    operator_type = Convolution2DDouble

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .config import ConfigSnapshot, JITConfig
-from .kernels import KernelSpec
+from .build.pipeline import KernelSpec
 from .ops import FAMILIES
-from .plan import Plan
+from .run.plan import Plan
 from .target import Target, named
 
 DTYPES = ("float32", "float64")

@@ -7,15 +7,15 @@ the peak, whichever is longer, over the time measured.
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import driver
-from .errors import check
-from .target import Target
+from .device import driver
+from .device.events import EventPair
+from .target import Target, of_device
+from .device.streams import handle
 
 # FLOPs per SM per clock (an FMA counts 2) by compute capability: the datasheet peaks over SMs x boost clock.
 _PER_SM_CLOCK = {
@@ -74,61 +74,14 @@ def target_ceilings(target: Target) -> Ceilings:
 def device_ceilings(ordinal: int) -> Ceilings:
     """A live device's ceilings: DRAM bandwidth from its memory clock and bus width, FLOP/s from its SM clock."""
     dev = driver.get_device(ordinal)
-    drv = driver._driver()
-    attr = drv.CUdevice_attribute
-
-    def get(name: str) -> int:
-        err, value = drv.cuDeviceGetAttribute(getattr(attr, name), dev.handle)
-        return int(value) if int(err) == 0 else 0
-    mem_khz, bus_bits, clock_khz = (get("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE"),
-                                    get("CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH"),
-                                    get("CU_DEVICE_ATTRIBUTE_CLOCK_RATE"))
-    sheet = target_ceilings(dev.target())
+    mem_khz, bus_bits, clock_khz = (dev.attribute("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE"),
+                                    dev.attribute("CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH"),
+                                    dev.attribute("CU_DEVICE_ATTRIBUTE_CLOCK_RATE"))
+    target = of_device(ordinal)
     if not (mem_khz and bus_bits and clock_khz):
-        return sheet
-    cap = dev.target().capability
-    return _ceilings(cap, dev.sm_count, clock_khz / 1e6, 2 * mem_khz * 1e3 * bus_bits / 8 / 1e9, "device")
-
-
-class EventPair:
-    """Two CUDA events around a region of the stream; `elapsed_ms()` waits for the second."""
-
-    def __init__(self) -> None:
-        drv = driver._driver()
-        driver.get_device()
-        flags = drv.CUevent_flags.CU_EVENT_DEFAULT
-        self.start = check(drv.cuEventCreate(flags), "cuEventCreate")
-        self.end = check(drv.cuEventCreate(flags), "cuEventCreate")
-        raw = driver.raw_entry("cuEventRecord")
-        if raw is not None:
-            self.record_start = functools.partial(_checked, raw, driver.handle_value(self.start))
-            self.record_end = functools.partial(_checked, raw, driver.handle_value(self.end))
-        else:
-            self.record_start = functools.partial(_checked, _bindings_record, self.start)
-            self.record_end = functools.partial(_checked, _bindings_record, self.end)
-
-    def __del__(self) -> None:
-        try:
-            drv = driver._driver()
-            drv.cuEventDestroy(self.start)
-            drv.cuEventDestroy(self.end)
-        except Exception:  # interpreter shutdown
-            pass
-
-    def elapsed_ms(self) -> float:
-        drv = driver._driver()
-        check(drv.cuEventSynchronize(self.end), "cuEventSynchronize")
-        return check(drv.cuEventElapsedTime(self.start, self.end), "cuEventElapsedTime")
-
-
-def _bindings_record(event, stream: ctypes.c_void_p) -> int:
-    return int(driver._driver().cuEventRecord(event, stream.value or 0)[0])
-
-
-def _checked(record, event, stream: int = 0) -> None:
-    err = record(event, ctypes.c_void_p(stream))
-    if err:
-        check((driver._driver().CUresult(err),), "cuEventRecord")
+        return target_ceilings(target)
+    return _ceilings(target.capability, dev.sm_count, clock_khz / 1e6, 2 * mem_khz * 1e3 * bus_bits / 8 / 1e9,
+                     "device")
 
 
 @dataclass
@@ -171,7 +124,6 @@ def benchmark(operator: Any, *args: Any, num_runs: int = 100, warmup_runs: int =
     """Time `operator.forward(*args)` with CUDA events (on its `stream=`, if given): mean/std/min/max/median ms."""
     if num_runs < 1:
         raise ValueError(f"num_runs={num_runs} must be >= 1")
-    from .streams import handle
     s = handle(kwargs.get("stream"))
     for _ in range(warmup_runs):
         operator.forward(*args, **kwargs)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from .device import driver
+
 MIN_ARCH = 80  # float64 atomics, cp.async and the mma shapes the templates use need sm_80
 
 
@@ -65,5 +67,7 @@ def named(arch: str) -> Target:
 @functools.cache
 def of_device(ordinal: int) -> Target:
     """The live device's target (reads the driver once per device)."""
-    from . import driver
-    return driver.get_device(ordinal).target()
+    dev = driver.get_device(ordinal)
+    return Target(arch=dev.arch, name=dev.name, sm_count=dev.sm_count, smem_per_block=dev.max_shared_per_block,
+                  smem_per_sm=dev.max_shared_per_sm, regs_per_sm=dev.registers_per_sm,
+                  max_threads_per_sm=dev.max_threads_per_sm, l2_bytes=dev.l2_bytes)

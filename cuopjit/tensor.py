@@ -12,11 +12,9 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from . import driver, memory
-from .errors import check
+from .device import driver, memory, transfer
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-_STREAM = 0  # copies and fills go on the legacy default stream, ordered with torch's and CuPy's default streams
 
 
 def as_dtype(dtype: Any) -> np.dtype:
@@ -123,19 +121,17 @@ class Tensor:
     def copy_from(self, src: Any) -> "Tensor":
         """Copy from a NumPy array (host→device) or another Tensor (device→device); shapes must match."""
         self.ensure_live()
-        drv = driver._driver()
-        driver.get_device(self.device)
         if isinstance(src, Tensor):
             _same_shape("src", src.shape, self.shape)
             if src.dtype != self.dtype:
                 raise TypeError(f"copy_from: src is {src.dtype.name}, this tensor is {self.dtype.name}")
             if self._nbytes:
-                check(drv.cuMemcpyDtoDAsync(self.ptr, src.ptr, self._nbytes, _STREAM), "cuMemcpyDtoDAsync")
+                transfer.device_to_device(self.device, self.ptr, src.ptr, self._nbytes)
             return self
         arr = np.ascontiguousarray(src, dtype=self.dtype)
         _same_shape("src", arr.shape, self.shape)
         if self._nbytes:
-            check(drv.cuMemcpyHtoD(self.ptr, arr.ctypes.data, self._nbytes), "cuMemcpyHtoD")
+            transfer.host_to_device(self.device, self.ptr, arr, self._nbytes)
         return self
 
     def to_numpy(self) -> np.ndarray:
@@ -143,33 +139,21 @@ class Tensor:
         self.ensure_live()
         out = np.empty(self.shape, dtype=self.dtype)
         if self._nbytes:
-            driver.get_device(self.device)
-            check(driver._driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, self._nbytes), "cuMemcpyDtoH")
+            transfer.device_to_host(self.device, out, self.ptr, self._nbytes)
         return out
 
     def fill(self, value: float) -> "Tensor":
         """Set every element to `value` (NaN and inf included)."""
         self.ensure_live()
-        if not self._nbytes:
-            return self
-        drv = driver._driver()
-        driver.get_device(self.device)
-        bits = np.array([value], dtype=self.dtype).view(np.uint32 if self.dtype == np.float32 else np.uint64)[0]
-        if self.dtype == np.float32:
-            check(drv.cuMemsetD32Async(self.ptr, int(bits), self.size, _STREAM), "cuMemsetD32Async")
-        else:
-            lo, hi = int(bits) & 0xFFFFFFFF, int(bits) >> 32
-            # a 2-D memset writes the low words (column 0) and high words (column 1) of each double
-            check(drv.cuMemsetD2D32Async(self.ptr, 8, lo, 1, self.size, _STREAM), "cuMemsetD2D32Async")
-            check(drv.cuMemsetD2D32Async(self.ptr + 4, 8, hi, 1, self.size, _STREAM), "cuMemsetD2D32Async")
+        if self._nbytes:
+            transfer.fill(self.device, self.ptr, value, self.dtype, self.size)
         return self
 
     def zero(self) -> "Tensor":
         """Set every element to 0."""
         self.ensure_live()
         if self._nbytes:
-            driver.get_device(self.device)
-            check(driver._driver().cuMemsetD8Async(self.ptr, 0, self._nbytes, _STREAM), "cuMemsetD8Async")
+            transfer.zero(self.device, self.ptr, self._nbytes)
         return self
 
     def reshape(self, *shape: Any) -> "Tensor":
@@ -187,11 +171,8 @@ class Tensor:
                 "version": 3, "strides": None, "stream": 1}
 
     def _memory_view(self):
-        from cuda.core import Buffer
-        from cuda.core.utils import StridedMemoryView
         self.ensure_live()
-        buf = Buffer.from_handle(self.ptr, self._nbytes, owner=self)
-        return StridedMemoryView.from_buffer(buf, self.shape, dtype=self.dtype)
+        return transfer.memory_view(self.ptr, self._nbytes, self, self.shape, self.dtype)
 
     def __dlpack__(self, *, stream: int | None = None, max_version=None, dl_device=None, copy=None):
         kwargs = {"stream": stream}
@@ -238,8 +219,7 @@ def _is_device_array(obj: Any) -> bool:
 
 def from_dlpack(obj: Any) -> Tensor:
     """Wrap a GPU array (torch, CuPy, JAX, ...) without copying; it must be C-contiguous float32/float64."""
-    from cuda.core.utils import StridedMemoryView
-    view = StridedMemoryView.from_any_interface(obj, stream_ptr=1)
+    view = transfer.view_of(obj)
     dtype = as_dtype(view.dtype)
     shape = tuple(view.shape)
     if view.strides is not None:

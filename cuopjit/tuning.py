@@ -13,12 +13,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Sequence
 
-from . import driver, executor
-from .plan import Plan
-from .profile import EventPair
-from .settings import RunSettings
+from .device import driver
+from .run import executor
+from .run.plan import Plan
+from .device.events import EventPair
+from .config import RunSettings
 from .target import Target
 from .tensor import Tensor, empty
+from .cache import get_cache
 
 KIND = "tuning"
 RUNS = 5
@@ -49,7 +51,6 @@ def _load(settings: RunSettings, key: str) -> dict | None:
     if not settings.persistent:
         found = _memory_records.get(key)
         return dict(found) if found is not None else None
-    from .cache import get_cache
     return get_cache(settings.cache_dir).load_record(KIND, key)
 
 
@@ -57,7 +58,6 @@ def _store(settings: RunSettings, key: str, value: dict) -> None:
     if not settings.persistent:
         _memory_records[key] = dict(value)
         return
-    from .cache import get_cache
     get_cache(settings.cache_dir).store_record(KIND, key, value)
 
 

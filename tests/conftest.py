@@ -92,12 +92,12 @@ def family_plans(family, fields: dict, t) -> list:
 
 def build_once(plans, t) -> None:
     """Each plan fits target `t`, and each of its kernels compiles for `t` (once per test session)."""
-    from cuopjit import kernels
+    from cuopjit.build import pipeline
     for plan in plans:
         plan.check_target(t)
         for spec in plan.specs:
             if (spec, t.arch) not in _BUILT:
-                assert kernels.build(spec, t.arch, persistent=False)[0][:4] == b"\x7fELF"
+                assert pipeline.build(spec, t.arch, persistent=False)[0][:4] == b"\x7fELF"
                 _BUILT.add((spec, t.arch))
 
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import kernels, target
+from cuopjit.build import pipeline
+from cuopjit import target
 
 from conftest import SEED_CONFIGS, check_guards, guarded, make_config
 
@@ -30,12 +31,12 @@ def _specs(fields: dict, dtype: str = "float32") -> list:
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_plans_compile(fields, dtype, arch):
     for spec in _specs(fields, dtype):
-        cubin, _ = kernels.build(spec, arch, persistent=False)
+        cubin, _ = pipeline.build(spec, arch, persistent=False)
         assert cubin[:4] == b"\x7fELF"
 
 
 def test_config_changes_code():
-    sources = {tuple(kernels.source(s) for s in _specs(fields)) for fields in CONFIGS}
+    sources = {tuple(pipeline.source(s) for s in _specs(fields)) for fields in CONFIGS}
     assert len(sources) == len(CONFIGS)
 
 

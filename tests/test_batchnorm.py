@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import kernels, target
+from cuopjit.build import pipeline
+from cuopjit import target
 from cuopjit.ops import batchnorm
 from cuopjit.ops.batchnorm import BatchNormProblem
 
@@ -49,7 +50,7 @@ def test_problems_cover_both_dtypes_and_every_kernel():
 
 
 def test_config_changes_code():
-    sources = {tuple(kernels.source(s) for plan in _plans(fields, SM90) for s in plan.specs) for fields in CONFIGS}
+    sources = {tuple(pipeline.source(s) for plan in _plans(fields, SM90) for s in plan.specs) for fields in CONFIGS}
     assert len(sources) == len(CONFIGS)
 
 

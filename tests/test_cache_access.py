@@ -12,7 +12,7 @@ import pytest
 
 from cache_fakes import fake_cubin, make_spec
 from unprivileged import IS_ROOT, one_warning
-from cuopjit import kernels
+from cuopjit.build import pipeline
 from cuopjit.cache import KernelCache
 from cuopjit.config import scoped_env
 from cuopjit.prewarm import representative_plans
@@ -20,7 +20,7 @@ from cuopjit.prewarm import representative_plans
 BUILD_TWICE = """
     spec = representative_plans(["relu"], ["float32"])[0].plan.specs[0]
     for _ in range(2):
-        cubin, info = kernels.build(spec, "sm_80")
+        cubin, info = pipeline.build(spec, "sm_80")
         print(len(cubin) > 1000, info.cache_hit, info.stored)
 """
 FIX = "set CUOPJIT_CACHE_DIR (or pass --cache-dir) to a directory you can write"
@@ -54,7 +54,7 @@ def test_cache_path_that_is_a_file_builds_from_memory(tmp_path, caplog):
     path.write_text("not a directory")
     spec = representative_plans(["relu"], ["float32"])[0].plan.specs[0]
     with scoped_env(cache_dir=str(path)), caplog.at_level(logging.WARNING, logger="cuopjit"):
-        first, second = kernels.build(spec, "sm_80"), kernels.build(spec, "sm_80")
+        first, second = pipeline.build(spec, "sm_80"), pipeline.build(spec, "sm_80")
         fake = KernelCache(path).get_or_build(make_spec(1), lambda: fake_cubin(make_spec(1)))
     assert first[0] == second[0] and (first[1].cache_hit, second[1].cache_hit) == (False, True)
     assert fake == (fake_cubin(make_spec(1)), False)

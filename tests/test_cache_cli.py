@@ -11,7 +11,7 @@ import pytest
 
 from cache_fakes import fake_cubin, make_spec
 from cuopjit.cache import KernelCache
-from cuopjit.cli import main
+from cuopjit.cli.main import main
 from cuopjit.config import get_default_global_jit_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def test_prewarm_bundle_builds_a_bundle_without_a_gpu(cache_dir, tmp_path, capsy
     assert result.entries > 0 and result.bad == []
     entries = target.entries()
     assert all(e.arch == "sm_80" for e in entries)     # the GEMM kernels and the split-K sum of the small shapes
-    assert {e.template for e in entries} == {"gemm.cu.jinja", "splitk_reduce.cu.jinja"}
+    assert {e.template for e in entries} == {"gemm/gemm.cu.jinja", "gemm/splitk_reduce.cu.jinja"}
 
 
 RUN_COMMANDS = """

@@ -8,8 +8,7 @@ import struct
 import pytest
 
 from cache_fakes import build_counts, counting_build, fake_cubin, make_spec
-from cuopjit.cache import EntryError, EntrySpec, KernelCache, get_cache
-from cuopjit.cache import entry as entry_format
+from cuopjit.cache import EntryError, EntrySpec, KernelCache, entry as entry_format, get_cache
 
 PREFIX = struct.Struct("<8sII32s")
 

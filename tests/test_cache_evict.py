@@ -7,8 +7,7 @@ import time
 import traceback
 
 from cache_fakes import fake_cubin, make_spec
-from cuopjit.cache import KernelCache
-from cuopjit.cache import entry as entry_format
+from cuopjit.cache import KernelCache, entry as entry_format
 
 CTX = mp.get_context("fork")
 SIZE = 64 << 10

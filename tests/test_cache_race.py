@@ -65,13 +65,13 @@ def test_32_processes_compile_each_key_once_and_agree(cache_dir, tmp_path):
 
 
 def _real_spec() -> EntrySpec:
-    from cuopjit.compiler import CompileOptions, nvrtc_version
+    from cuopjit.build.compiler import CompileOptions, nvrtc_version
     return EntrySpec("twice_sm80", TINY_KERNEL, CompileOptions(arch="sm_80").flags(), "sm_80", nvrtc_version(),
                      "tiny.cu.jinja", (("n", "1"),))
 
 
 def _real_worker(root, barrier, log, results):
-    from cuopjit.compiler import CompileOptions, compile_cubin
+    from cuopjit.build.compiler import CompileOptions, compile_cubin
     try:
         spec = _real_spec()
         barrier.wait()
@@ -86,7 +86,7 @@ def _real_worker(root, barrier, log, results):
 
 
 def test_real_nvrtc_race_compiles_once_and_matches_a_single_compile(cache_dir, tmp_path):
-    from cuopjit.compiler import CompileOptions, compile_cubin
+    from cuopjit.build.compiler import CompileOptions, compile_cubin
     reference = compile_cubin(TINY_KERNEL, "twice_sm80", CompileOptions(arch="sm_80")).cubin
     log, n = tmp_path / "builds.log", 6
     barrier, results = CTX.Barrier(n), CTX.Queue()

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import driver, kernels
-from cuopjit.plan import KernelLaunch
+from cuopjit.device import driver
+from cuopjit.build import pipeline
+from cuopjit.run.plan import KernelLaunch
 from cuopjit.tensor import Tensor
 
 
@@ -26,7 +27,7 @@ def no_driver(monkeypatch):
     """Any driver call fails the test: validation must come first."""
     def forbidden(*args, **kwargs):
         raise AssertionError("a check let the operands reach the driver")
-    monkeypatch.setattr(driver, "_driver", forbidden)
+    monkeypatch.setattr(driver, "api", forbidden)
     monkeypatch.setattr(driver, "get_device", forbidden)
 
 
@@ -133,14 +134,14 @@ def test_momentum_must_be_in_the_unit_interval(momentum):
                                          ((1, 1, 65536), (32, 1, 1)), ((1, 1, 1), (0, 1, 1)),
                                          ((1, 1, 1), (32, 1, 0))])
 def test_a_launch_outside_the_hardware_limits_is_refused(grid, block):
-    spec = kernels.make_spec("elementwise.cu.jinja", "k", "k", {})
+    spec = pipeline.make_spec("elementwise/elementwise.cu.jinja", "k", "k", {})
     with pytest.raises(ValueError, match=rf"k: launch geometry grid=\({grid[0]}, {grid[1]}, {grid[2]}\) "
                                          rf"block=\({block[0]}, {block[1]}, {block[2]}\) is out of range"):
         KernelLaunch(spec, grid, block, ())
 
 
 def test_the_largest_launch_is_accepted():
-    spec = kernels.make_spec("elementwise.cu.jinja", "k", "k", {})
+    spec = pipeline.make_spec("elementwise/elementwise.cu.jinja", "k", "k", {})
     launch = KernelLaunch(spec, (2 ** 31 - 1, 65535, 65535), (1024,), ())
     assert launch.grid == (2 ** 31 - 1, 65535, 65535) and launch.block == (1024, 1, 1)
     with pytest.raises(ValueError, match="k: 1025 threads per block is over 1024: choose block_size <= 1024"):

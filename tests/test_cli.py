@@ -107,7 +107,7 @@ def test_prewarm_says_how_many_were_stored(cache_dir):
 
 def test_prewarm_fails_when_nothing_reaches_the_cache(cache_dir, monkeypatch, capsys):
     from cache_fakes import fill_disk
-    from cuopjit.cli import main
+    from cuopjit.cli.main import main
     from cuopjit.config import get_default_global_jit_config
     monkeypatch.setattr(get_default_global_jit_config(), "cache_dir", None)  # prewarm --cache-dir sets it
     fill_disk(monkeypatch)
@@ -142,7 +142,7 @@ def test_prewarm_bundle_holds_only_what_this_prewarm_built_or_needed(cache_dir, 
 
 @pytest.mark.parametrize("bundle, message", [
     ("missing/k.tar.gz", "the directory {tmp}/missing does not exist; create it first"),
-    ("", "it is a directory; name a file such as kernels.tar.gz"),
+    ("", "it is a directory; name a file such as pipeline.tar.gz"),
 ], ids=["missing-directory", "a-directory"])
 def test_prewarm_bundle_path_is_checked_before_compiling(cache_dir, tmp_path, bundle, message):
     target = tmp_path / bundle
@@ -180,7 +180,7 @@ def test_version_and_python_dash_m():
 
 def test_prewarm_builds_every_kernel_for_every_arch(cache_dir, capsys, monkeypatch):
     from cuopjit.cache import KernelCache
-    from cuopjit.cli import main
+    from cuopjit.cli.main import main
     from cuopjit.config import get_default_global_jit_config
     monkeypatch.setattr(get_default_global_jit_config(), "cache_dir", None)  # prewarm --cache-dir sets it
     from cuopjit.prewarm import kernels_to_build, representative_plans
@@ -195,17 +195,18 @@ def test_prewarm_builds_every_kernel_for_every_arch(cache_dir, capsys, monkeypat
 
 
 def test_a_compile_error_in_prewarm_exits_nonzero(cache_dir, monkeypatch, capsys):
-    from cuopjit import CompileError, kernels
-    from cuopjit.cli import main
+    from cuopjit import CompileError
+    from cuopjit.build import pipeline
+    from cuopjit.cli.main import main
     from cuopjit.config import get_default_global_jit_config
     monkeypatch.setattr(get_default_global_jit_config(), "cache_dir", None)  # prewarm --cache-dir sets it
-    real = kernels.build
+    real = pipeline.build
 
     def broken(spec, arch, *args, **kwargs):
         if arch == "sm_90":
             raise CompileError(f"NVRTC could not compile {spec.name} for {arch}:\nerror: boom")
         return real(spec, arch, *args, **kwargs)
-    monkeypatch.setattr(kernels, "build", broken)
+    monkeypatch.setattr(pipeline, "build", broken)
     rc = main(["prewarm", "--arch", "sm_80,sm_90", "--op", "relu", "--dtype", "float32", "--quiet",
                "--cache-dir", str(cache_dir)])
     out, err = capsys.readouterr()
@@ -216,7 +217,7 @@ def test_a_compile_error_in_prewarm_exits_nonzero(cache_dir, monkeypatch, capsys
 def test_cache_import_of_a_bundle_with_bad_entries_exits_nonzero(cache_dir, tmp_path, capsys):
     from cache_fakes import fake_cubin, make_spec
     from cuopjit.cache import KernelCache
-    from cuopjit.cli import main
+    from cuopjit.cli.main import main
     cache = KernelCache(tmp_path / "source")
     for i in range(3):
         cache.get_or_build(make_spec(i), lambda i=i: fake_cubin(make_spec(i)))
@@ -243,7 +244,7 @@ def test_cache_import_of_a_bundle_with_bad_entries_exits_nonzero(cache_dir, tmp_
 
 def test_error_lines_name_the_file_and_keep_a_compile_log_whole():
     from cuopjit import CompileError
-    from cuopjit.cli import _reason
+    from cuopjit.cli.main import _reason
     assert _reason(FileNotFoundError(2, "No such file or directory", "/x/k.tar.gz")) == \
         "No such file or directory: /x/k.tar.gz"
     assert _reason(PermissionError(13, "Permission denied")) == "Permission denied"

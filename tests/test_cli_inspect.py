@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cuopjit import cli, cli_bench, disasm
+from cuopjit import cli
+from cuopjit.cli import bench as cli_bench
+from cuopjit.build import disasm
 from cuopjit.ops import FAMILIES
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -34,7 +36,7 @@ def test_show_json_is_parseable(capsys):
     data = json.loads(out)
     assert data["arch"] == "sm_80" and len(data["kernels"]) >= 2
     for k in data["kernels"]:
-        assert k["name"].startswith("gemm_f64") and k["template"] in ("gemm.cu.jinja", "gemm_async.cu.jinja")
+        assert k["name"].startswith("gemm_f64") and k["template"] in ("gemm/gemm.cu.jinja", "gemm/gemm_async.cu.jinja")
         assert len(k["grid"]) == 3 and len(k["block"]) == 3 and ".target sm_80" in k["ptx"]
         assert 'extern "C" __global__' in k["source"]
 
@@ -120,7 +122,7 @@ def test_bench_json_covers_every_family(tmp_path):
     data = json.loads(out.stdout)
     assert json.loads((tmp_path / "b.json").read_text())["rows"] == data["rows"]
     rows = data["rows"]
-    from cuopjit.explain_args import SHAPES
+    from cuopjit.recipes import SHAPES
     for op in SHAPES:
         for dtype in ("float32", "float64"):
             mine = [r for r in rows if r["family"] == op and r["dtype"] == dtype]

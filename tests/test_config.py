@@ -149,10 +149,10 @@ ALTERNATIVES = {"kernel_type": ["simple", "tiled", "warp_optimized", "tensor_cor
 
 def _generated(family: str, cfg: JITConfig) -> list:
     """What a config decides for a family's representative float32 problems: sources and NVRTC options."""
-    from cuopjit import kernels
+    from cuopjit.build import pipeline
     from cuopjit.prewarm import representative_plans
     planned = representative_plans([family], ["float32"], ["sm_90"], cfg.snapshot())
-    return [(kernels.source(s), kernels._options(s, "sm_90").flags()) for p in planned for s in p.plan.specs]
+    return [(pipeline.source(s), pipeline._options(s, "sm_90").flags()) for p in planned for s in p.plan.specs]
 
 
 @pytest.mark.parametrize("field", sorted(ALTERNATIVES))

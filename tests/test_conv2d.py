@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import kernels
-from cuopjit.ops import conv2d_kernels as ck
+from cuopjit.build import pipeline
+from cuopjit.ops.conv2d import plans as ck
 from cuopjit.target import named
 
 from conftest import SEED_CONFIGS, check_guards, guarded, make_config
@@ -47,7 +47,7 @@ def test_every_variant_compiles_without_spills(arch):
     for spec in specs:
         if (spec, arch) in _COMPILED:
             continue
-        cubin, info = kernels.build(spec, arch, persistent=False)
+        cubin, info = pipeline.build(spec, arch, persistent=False)
         assert cubin[:4] == b"\x7fELF" and info.spill_bytes == 0, f"{spec.name} spills {info.spill_bytes} B on {arch}"
         _COMPILED.add((spec, arch))
 
@@ -97,7 +97,7 @@ def test_depthwise_runs_the_direct_kernel_and_ignores_tensor_core_and_tile_field
 def test_every_switch_changes_the_code(field, value, token):
     default = ck.FAMILY.default_plan(SEED_LAYER, make_config().snapshot(), SM90).launches[-1].spec
     changed = ck.FAMILY.default_plan(SEED_LAYER, make_config(**{field: value}).snapshot(), SM90).launches[-1].spec
-    assert token in changed.name and token not in default.name and kernels.source(changed) != kernels.source(default)
+    assert token in changed.name and token not in default.name and pipeline.source(changed) != pipeline.source(default)
 
 
 def test_tuning_candidates_are_the_other_default_shapes_of_the_same_kernel():

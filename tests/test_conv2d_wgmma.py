@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import kernels
-from cuopjit.ops import conv2d_kernels as ck
-from cuopjit.ops import conv2d_wgmma as cw
+from cuopjit.build import pipeline
+from cuopjit.ops.conv2d import plans as ck, wgmma as cw
 from cuopjit.target import named
 
 from conftest import check_guards, guarded, make_config
@@ -65,7 +64,7 @@ def test_strided_layers_read_their_pixels_through_the_maps_element_strides():
     conv = _plan(resnet, enable_tensor_core=True).launches[-1]
     params = dict(conv.spec.params)
     assert conv.units == "TF32 tensor cores (wgmma)" and (params["SH"], params["SW"], params["QN"]) == (2, 2, 128)
-    assert "ow0 * SW + sx * DW - PW" in kernels.source(conv.spec)
+    assert "ow0 * SW + sx * DW - PW" in pipeline.source(conv.spec)
     wide = dataclasses.replace(resnet, w=1000, sw=8)   # OW 125: a 128 x 2 box would waste least, but spans 1024
     assert cw.box(wide, 256) == (32, 128 * 32 / (125 * 28)) and cw.box(dataclasses.replace(wide, sw=2), 256)[0] == 128
 
@@ -85,8 +84,8 @@ def test_3xtf32_copies_the_inputs_lo_parts_only_for_layers_with_much_work_per_in
     copy, smem = (ck.FAMILY.default_plan(p, cfg, SM90) for p in (SEED_LAYER, RESNET_1X1))
     assert "LO_COPY" in dict(copy.launches[1].spec.params) and dict(copy.launches[2].spec.params)["LO_COPY"]
     assert len(copy.launches[1].args) == 7 and len(smem.launches[1].args) == 6   # x -> hi, lo / x -> x
-    assert "mbar_wait(&loaded[s], phase)" in kernels.source(smem.launches[2].spec)
-    assert "mbar_wait(&loaded[s], phase)" not in kernels.source(copy.launches[2].spec)
+    assert "mbar_wait(&loaded[s], phase)" in pipeline.source(smem.launches[2].spec)
+    assert "mbar_wait(&loaded[s], phase)" not in pipeline.source(copy.launches[2].spec)
 
 
 def test_pixel_tiles_follow_the_image():
@@ -109,7 +108,7 @@ def test_every_switch_changes_the_wgmma_code(field, value, token):
     changed = _plan(SEED_LAYER, enable_tensor_core=True, **{field: value})
     names = " ".join(kl.spec.name for kl in changed.launches)
     assert token in names and token not in " ".join(kl.spec.name for kl in default.launches)
-    assert [kernels.source(kl.spec) for kl in changed.launches] != [kernels.source(kl.spec) for kl in default.launches]
+    assert [pipeline.source(kl.spec) for kl in changed.launches] != [pipeline.source(kl.spec) for kl in default.launches]
 
 
 def test_every_wgmma_build_compiles_for_sm90a_without_spills():
@@ -123,7 +122,7 @@ def test_every_wgmma_build_compiles_for_sm90a_without_spills():
              for c in ck.choices(p, make_config(**fields).snapshot(), SM90) for kl in ck.plan(p, c, SM90).launches}
     assert len(specs) >= 20
     for spec in specs:
-        cubin, info = kernels.build(spec, "sm_90a", persistent=False)
+        cubin, info = pipeline.build(spec, "sm_90a", persistent=False)
         assert cubin[:4] == b"\x7fELF" and info.spill_bytes == 0, f"{spec.name} spills {info.spill_bytes} B"
 
 

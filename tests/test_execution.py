@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import executor
+from cuopjit.run import executor
 
 from conftest import make_config, rel_error
 
@@ -44,7 +44,7 @@ def test_two_wrappers_on_one_operator_keep_their_own_kernels(rng):
             assert rel_error(c.to_numpy(), a_np @ b_np) < _gemm_tol(96)
     assert len(names["small"]) == len(names["large"]) == 1
     assert "t64x64" in names["small"].pop() and "t128x128" in names["large"].pop()
-    bare = [executor.runner_of(run).kernel_names for run in gemm._plans[cuopjit.settings.DEFAULT].values()]
+    bare = [executor.runner_of(run).kernel_names for run in gemm._plans[cuopjit.config.DEFAULT].values()]
     assert bare and not any("t128" in name or "t64x64" in name for name in bare)
     assert gemm.plan(a, c).launches[0].spec.name.startswith("gemm_f32_t32x32")   # the bare default for 256^2
 
@@ -90,7 +90,7 @@ def test_sixteen_threads_each_on_its_own_stream(rng):
 
 
 def test_with_stream_makes_it_current():
-    from cuopjit.streams import current
+    from cuopjit.device.streams import current
     s = cuopjit.Stream()
     with cuopjit.stream(s):
         assert current() == s.handle
@@ -116,7 +116,7 @@ def _pipeline(rng):
 
 def test_graph_replays_on_new_data(rng):
     a, y, run, ref = _pipeline(rng)
-    with cuopjit.graph() as g:      # cold: kernels are built and loaded during the (relaxed) capture
+    with cuopjit.device.graph() as g:      # cold: kernels are built and loaded during the (relaxed) capture
         run()
     for _ in range(2):
         a_np = rng.standard_normal(a.shape).astype(np.float32)
@@ -128,8 +128,8 @@ def test_graph_replays_on_new_data(rng):
 
 
 def test_graph_refuses_a_tensor_created_inside():
-    with pytest.raises(RuntimeError, match="cannot be created inside `with cuopjit.graph"):
-        with cuopjit.graph():
+    with pytest.raises(RuntimeError, match="cannot be created inside `with cuopjit.device.graph"):
+        with cuopjit.device.graph():
             cuopjit.zeros([4])
 
 
@@ -198,17 +198,18 @@ def test_profile_is_timed_on_the_first_call_and_after_each_read():
 def test_a_module_unloads_when_its_cache_entry_and_plans_are_gone(monkeypatch):
     import gc
     import weakref
-    from cuopjit import driver, kernels
+    from cuopjit.device import driver
+    from cuopjit.build import pipeline
     jit = cuopjit.JITReluFloat(cuopjit.ReluFloat())   # a config no other test builds: nothing else holds it
     jit.set_jit_config(make_config(kernel_type="simple", block_size=32, optimization_level="O1", max_registers=40))
     x = cuopjit.ones([3 * 37])
     jit.forward(x, x)
     function = executor.runner_of(jit._last[0]).kernels[0].function
     ref, unloaded = weakref.ref(function), []
-    real = driver._driver().cuModuleUnload
-    monkeypatch.setattr(driver._driver(), "cuModuleUnload", lambda m: unloaded.append(m) or real(m))
+    real = driver.api().cuModuleUnload
+    monkeypatch.setattr(driver.api(), "cuModuleUnload", lambda m: unloaded.append(m) or real(m))
     module = function.module
     del function, jit
-    kernels.get_function.cache_clear()
+    pipeline.get_function.cache_clear()
     gc.collect()
     assert ref() is None and int(module) in {int(m) for m in unloaded}   # others nothing held go too

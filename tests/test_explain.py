@@ -13,7 +13,7 @@ import pytest
 import cuopjit
 from cuopjit import target
 from cuopjit.explain import _static, entry_report, explain_family, occupancy
-from cuopjit.explain_args import SHAPES, build, fake_maker, parse_shape
+from cuopjit.recipes import SHAPES, build, fake_maker, parse_shape
 from cuopjit.ops import FAMILIES
 
 from conftest import make_config
@@ -166,33 +166,27 @@ def test_debug_names_the_operator_and_kernel_of_an_illegal_address(tmp_path):
 def test_debug_checks_each_launch_and_names_the_one_that_failed(monkeypatch):
     """enable_debug's wrapper: launch, synchronise, and on an error name the operator and that launch's kernel."""
     from types import SimpleNamespace
-    from cuopjit import debug
+    from cuopjit.run import executor
 
-    class Err:
-        name = "CUDA_ERROR_ILLEGAL_ADDRESS"
+    statuses, launched = iter([None, cuopjit.ExecutionError("cuStreamSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS",
+                                                            "CUDA_ERROR_ILLEGAL_ADDRESS")]), []
 
-        def __int__(self):
-            return 700
-    statuses, launched = iter([0, Err()]), []
-    monkeypatch.setattr(debug, "_capturing", lambda stream: False)
-    monkeypatch.setattr(debug.driver, "_driver", lambda: SimpleNamespace(cuStreamSynchronize=lambda s: (next(statuses),)))
+    def synchronize(stream):
+        status = next(statuses)
+        if status is not None:
+            raise status
+    monkeypatch.setattr(executor.streams, "capturing", lambda stream: False)
+    monkeypatch.setattr(executor.streams, "synchronize", synchronize)
 
     def launch(name):
-        return _Launch(SimpleNamespace(spec=SimpleNamespace(name=name, template="dot.cu.jinja")), launched)
+        return _Launch(SimpleNamespace(spec=SimpleNamespace(name=name, template="blas1/dot.cu.jinja")), launched)
     runner = SimpleNamespace(plan=SimpleNamespace(workspace=0, choice="b256"), ordinal=0,
                              launches=[launch("dot_partial_x"), launch("dot_final_x")])
-    run = debug.checked(lambda p, s: None, runner)
-    op = cuopjit.DotFloat()
-
-    class Forward:   # a frame whose `self` is the JIT wrapper, as in JITWrapper.forward
-        def __init__(self):
-            self.operator = op
-
-        def go(self):
-            run((1, 2, 3), 5)
-    with pytest.raises(cuopjit.ExecutionError, match=r"^Forward\(DotFloat\) failed on device 0 in kernel dot_final_x "
-                                                     r"\(template dot.cu.jinja, plan b256\): CUDA_ERROR_ILLEGAL_ADDRESS"):
-        Forward().go()
+    run = executor.checked(lambda p, s: None, runner, "JITDotFloat(DotFloat)")
+    with pytest.raises(cuopjit.ExecutionError, match=r"^JITDotFloat\(DotFloat\) failed on device 0 in kernel "
+                                                     r"dot_final_x \(template dot.cu.jinja, plan b256\): "
+                                                     r"CUDA_ERROR_ILLEGAL_ADDRESS"):
+        run((1, 2, 3), 5)
     assert launched == [("dot_partial_x", (1, 2, 3), 5), ("dot_final_x", (1, 2, 3), 5)]
     assert run.runner is runner
 

@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import executor, kernels
-from cuopjit.config import JITConfig
-from cuopjit.ops import gemm_kernels as gk
-from cuopjit.ops import gemm_shapes as shapes
-from cuopjit.settings import DEFAULT
+from cuopjit.run import executor
+from cuopjit.build import pipeline
+from cuopjit.config import DEFAULT, JITConfig
+from cuopjit.ops.gemm import heuristics, plans as gk, shapes
 from cuopjit.target import named
 
 import blas_emulate
@@ -52,11 +51,11 @@ def _tol(dtype, k: int, tf32: bool = False) -> float:
 @pytest.mark.parametrize("dtype, shape", list(_all_shapes()))
 def test_every_shape_compiles_without_spills(arch, dtype, shape):
     target = named(arch)
-    choice = gk.GemmChoice(shape, **gk.pipeline(dtype, shape, target))
+    choice = gk.GemmChoice(shape, **gk.pipeline_fields(dtype, shape, target))
     for (ta, tb), aligned in zip(TRANS, (True, False, False, True)):
         plan = gk.plan(gk.packed(dtype, 1000, 1000, 1000, ta, tb, aligned), choice, target)
         (launch,) = plan.launches
-        _, info = kernels.build(launch.spec, arch, persistent=False)
+        _, info = pipeline.build(launch.spec, arch, persistent=False)
         assert info.spill_bytes == 0, f"{launch.spec.name} spills {info.spill_bytes} bytes on {arch}"
         assert launch.block == (shape.threads, 1, 1)
         assert launch.grid == (-(-1000 // shape.bn), -(-1000 // shape.bm), 1)
@@ -71,7 +70,7 @@ def test_prewarm_problems_compile_under_the_seed_configurations(arch):
     specs = {s for p in gk.problems() for fields in [{}, *SEED_CONFIGS]
              for s in gk.FAMILY.default_plan(p, make_config(**fields).snapshot(), named(arch)).specs}
     for spec in specs:
-        cubin, _ = kernels.build(spec, arch, persistent=False)
+        cubin, _ = pipeline.build(spec, arch, persistent=False)
         assert cubin[:4] == b"\x7fELF"
 
 
@@ -145,8 +144,8 @@ def test_every_switch_changes_the_code(dtype, field, value, token):
     problem = gk.packed(dtype, 4096, 4096, 4096)
     base = gk.FAMILY.default_plan(problem, make_config(**start).snapshot(), SM80).specs[0]
     changed = gk.FAMILY.default_plan(problem, make_config(**start, **{field: value}).snapshot(), SM80).specs[0]
-    src = kernels.source(changed)
-    assert token in src and src != kernels.source(base) and changed.name != base.name
+    src = pipeline.source(changed)
+    assert token in src and src != pipeline.source(base) and changed.name != base.name
 
 
 @pytest.mark.parametrize("field, token", [("enable_loop_unroll", '_Pragma("unroll 1")'),
@@ -157,9 +156,9 @@ def test_every_switch_changes_the_cp_async_kernel(field, token):
     problem = gk.packed("float64", 4096, 4096, 4096)
     base = gk.FAMILY.default_plan(problem, JITConfig().snapshot(), SM90).specs[0]
     changed = gk.FAMILY.default_plan(problem, make_config(**{field: False}).snapshot(), SM90).specs[0]
-    assert base.template == changed.template == "gemm_async.cu.jinja"
-    src = kernels.source(changed)
-    assert token in src and token not in kernels.source(base) and changed.name != base.name
+    assert base.template == changed.template == "gemm/gemm_async.cu.jinja"
+    src = pipeline.source(changed)
+    assert token in src and token not in pipeline.source(base) and changed.name != base.name
 
 
 def test_compile_settings_reach_the_spec_and_tma_needs_a_tma_target():
@@ -169,7 +168,7 @@ def test_compile_settings_reach_the_spec_and_tma_needs_a_tma_target():
     plain = gk.FAMILY.default_plan(gk.packed("float32", 1024, 1024, 1024), JITConfig().snapshot(), SM80).specs[0]
     assert (spec.optimization_level, spec.max_registers) == ("O2", 255) and spec.params == plain.params
     hopper = gk.FAMILY.default_plan(gk.packed("float32", 1024, 1024, 1024), cfg, SM90).specs[0]
-    assert hopper.template == "gemm_wgmma.cu.jinja" and hopper.max_registers == 255
+    assert hopper.template == "gemm/gemm_wgmma.cu.jinja" and hopper.max_registers == 255
 
 
 def test_names_and_auto_tiles_follow_the_targets_sm_count():
@@ -196,8 +195,8 @@ def test_names_and_auto_tiles_follow_the_targets_sm_count():
     tiles = [gk.choices(gk.packed("float32", s, s, 64), default, many)[0].shape.bm for s in (4096, 1024, 256)]
     assert tiles == [64, 32, 32]
     # sm_80 builds have no two-block register cap: 128 x 128 blocks run one per SM there
-    assert gk.resident_blocks(shapes.AUTO_SIMT[0], "float32", SM80) == 1
-    assert gk.resident_blocks(shapes.AUTO_SIMT[0], "float32", SM90) == 2
+    assert heuristics.resident_blocks(shapes.AUTO_SIMT[0], "float32", SM80) == 1
+    assert heuristics.resident_blocks(shapes.AUTO_SIMT[0], "float32", SM90) == 2
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -208,7 +207,7 @@ def test_auto_simt_shapes_compile_without_spills(arch):
     for shape, (ta, tb), aligned in itertools.product(extra, TRANS, (True, False)):
         problem = gk.packed("float32", 1000, 1000, 1000, ta, tb, aligned)
         launch = gk.plan(problem, gk.GemmChoice(shape, split_k=2 if aligned else 1), named(arch)).launches[0]
-        _, info = kernels.build(launch.spec, arch, persistent=False)
+        _, info = pipeline.build(launch.spec, arch, persistent=False)
         assert info.spill_bytes == 0, f"{launch.spec.name} spills {info.spill_bytes} bytes on {arch}"
         assert launch.block == (shape.threads, 1, 1)
 
@@ -253,12 +252,12 @@ def test_float64_a_at_b_runs_as_c_transposed_on_the_cp_async_kernel():
     params = dict(swap.spec.params)
     assert params["swap"] and params["trans_a"] and params["trans_b"] and swap.spec.name.endswith("_nn_v2_swap")
     assert swap.grid[:2] == (-(-300 // params["BN"]), -(-1000 // params["BM"]))
-    assert "A = B; B = t_;" in kernels.source(swap.spec)
+    assert "A = B; B = t_;" in pipeline.source(swap.spec)
     for other in (first("float64", 300, 1000, 77, ta=True), first("float64", 300, 1000, 77, tb=True),
                   first("float64", 301, 1001, 77, aligned=False), first("float32", 300, 1000, 77),
                   first("float32", 300, 1000, 77, aligned=False)):
         assert "swap" not in dict(other.spec.params), other.spec.name
-        assert "A = B; B = t_;" not in kernels.source(other.spec)
+        assert "A = B; B = t_;" not in pipeline.source(other.spec)
 
 
 def test_the_swap_product_runs_the_pipelined_k_loop():
@@ -268,7 +267,7 @@ def test_the_swap_product_runs_the_pipelined_k_loop():
     nn = gk.packed("float64", 4096, 4096, 4096)
 
     def src(problem, shape=shapes.WIDE["float64", True], **fields):
-        return kernels.source(gk.plan(problem, gk.GemmChoice(shape, **{"stages": 4, **fields}), SM90).launches[0].spec)
+        return pipeline.source(gk.plan(problem, gk.GemmChoice(shape, **{"stages": 4, **fields}), SM90).launches[0].spec)
 
     token = "frag_t a0[MT][4], b0[NT][2], a1[MT][4], b1[NT][2];"
     assert token in src(nn) and token in src(nn, DMMA128, stages=2)
@@ -375,16 +374,16 @@ def test_stages_raster_and_swizzle_change_the_code_and_the_kernel_name():
     """The cp.async kernel: stages, tile order and the swizzled layout reach the source and the name."""
     problem = gk.packed("float64", 4096, 4096, 4096)
     base = gk.plan(problem, gk.GemmChoice(DMMA128, stages=3), SM90).launches[0]
-    assert base.spec.template == "gemm_async.cu.jinja" and base.shared == 3 * 16 * (128 + 128 + 4) * 8
-    src = kernels.source(base.spec)
+    assert base.spec.template == "gemm/gemm_async.cu.jinja" and base.shared == 3 * 16 * (128 + 128 + 4) * 8
+    src = pipeline.source(base.spec)
     assert "#define STAGES 3" in src and "#define SWIZZLE 1" in src
     for fields, token in (({"stages": 4}, "#define STAGES 4"), ({"raster": "grouped"}, "in_band"),
                           ({"pad": False}, "#define SWIZZLE 0")):
         other = gk.plan(problem, gk.GemmChoice(DMMA128, **{"stages": 3, **fields}), SM90).launches[0].spec
-        assert token in kernels.source(other) and token not in src and other.name != base.spec.name
+        assert token in pipeline.source(other) and token not in src and other.name != base.spec.name
     simt = gk.GemmChoice(shapes.TUNED["float32", False][0], raster="grouped")
     spec = gk.plan(gk.packed("float32", 4096, 4096, 4096), simt, SM90).launches[0].spec
-    assert spec.template == "gemm.cu.jinja" and "in_band" in kernels.source(spec) and spec.name.endswith("_grouped")
+    assert spec.template == "gemm/gemm.cu.jinja" and "in_band" in pipeline.source(spec) and spec.name.endswith("_grouped")
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -394,7 +393,7 @@ def test_async_variants_compile_without_spills(arch):
             ("float32", shapes.Shape(True, 128, 128, 32, 2, 4), {"stages": 3}, (False, False, True)),
             ("float64", DMMA128, {"stages": 2, "pad": False, "raster": "grouped"}, (True, False, False))):
         plan = gk.plan(gk.packed(dtype, 1000, 1000, 1000, ta, tb, aligned), gk.GemmChoice(shape, **fields), named(arch))
-        _, info = kernels.build(plan.launches[0].spec, arch, persistent=False)
+        _, info = pipeline.build(plan.launches[0].spec, arch, persistent=False)
         assert info.spill_bytes == 0, f"{plan.launches[0].spec.name} spills {info.spill_bytes} bytes on {arch}"
 
 
@@ -411,8 +410,8 @@ def test_simt_async_variants_compile_without_spills(arch):
         for stages, (ta, tb), aligned in cases:
             problem = gk.packed("float32", 1000, 1000, 1000, ta, tb, aligned)
             launch = gk.plan(problem, gk.GemmChoice(shape, stages=stages), named(arch)).launches[0]
-            assert launch.spec.template == "gemm_simt_async.cu.jinja" and launch.shared > 0
-            _, info = kernels.build(launch.spec, arch, persistent=False)
+            assert launch.spec.template == "gemm/gemm_simt_async.cu.jinja" and launch.shared > 0
+            _, info = pipeline.build(launch.spec, arch, persistent=False)
             assert info.spill_bytes == 0, f"{launch.spec.name} spills {info.spill_bytes} bytes on {arch}"
     batch = gk.GemmProblem("float32", 70, 90, 20, True, False, False, 1.0, 0.5, 70, 90, 90, batch=3,
                            stride_a=1400, stride_b=1800, stride_c=6300)
@@ -420,7 +419,7 @@ def test_simt_async_variants_compile_without_spills(arch):
                             (batch, gk.GemmChoice(shapes.AUTO_SIMT[0], 4)),
                             (gk.packed("float32", 4096, 4096, 4096, True), gk.GemmChoice(shapes.ASYNC_SIMT, 2))):
         spec = gk.plan(problem, choice, named(arch)).launches[0].spec
-        assert kernels.build(spec, arch, persistent=False)[1].spill_bytes == 0, spec.name
+        assert pipeline.build(spec, arch, persistent=False)[1].spill_bytes == 0, spec.name
 
 
 @pytest.mark.parametrize("field, token", [("enable_loop_unroll", '_Pragma("unroll 1")'),
@@ -430,9 +429,9 @@ def test_every_switch_changes_the_simt_cp_async_kernel(field, token):
     problem = gk.packed("float32", 4096, 4096, 4096)
     choices = [gk.choices(problem, make_config(**f).snapshot(), SM90)[0] for f in ({}, {field: False})]
     base, changed = (gk.plan(problem, dataclasses.replace(c, stages=3), SM90).specs[0] for c in choices)
-    assert base.template == changed.template == "gemm_simt_async.cu.jinja"
-    src = kernels.source(changed)
-    assert token in src and token not in kernels.source(base) and changed.name != base.name
+    assert base.template == changed.template == "gemm/gemm_simt_async.cu.jinja"
+    src = pipeline.source(changed)
+    assert token in src and token not in pipeline.source(base) and changed.name != base.name
 
 
 @pytest.mark.parametrize("m, n, k, trans_a, trans_b, stages, split, batch", [
@@ -447,7 +446,7 @@ def test_simt_async_plans_split_k_and_batches(rng, m, n, k, trans_a, trans_b, st
                                                 beta=beta), batch=batch, stride_a=sa * (batch > 1),
                                       stride_b=sb * (batch > 1), stride_c=sc * (batch > 1))
         plan = gk.plan(problem, gk.GemmChoice(shapes.AUTO_SIMT[1], stages=stages, split_k=split), SM90)
-        assert plan.launches[0].spec.template == "gemm_simt_async.cu.jinja"
+        assert plan.launches[0].spec.template == "gemm/gemm_simt_async.cu.jinja"
         assert len(plan.launches) == (2 if split > 1 else 1)
         a = rng.standard_normal((batch, k, m) if trans_a else (batch, m, k))
         b = rng.standard_normal((batch, n, k) if trans_b else (batch, k, n))
@@ -473,7 +472,7 @@ def test_simt_async_shared_memory_and_what_it_cannot_build():
     share out evenly raise saying what to choose."""
     plan = gk.plan(gk.packed("float32", 4096, 4096, 4096), gk.GemmChoice(shapes.AUTO_SIMT[0], stages=4), SM90)
     assert plan.launches[0].shared == 4 * 16 * (132 + 132) * 4 == shapes.async_smem(shapes.AUTO_SIMT[0], "float32", 4)
-    assert "#define STAGES 4" in kernels.source(plan.specs[0]) and plan.specs[0].name.endswith("_s4_nn_v4")
+    assert "#define STAGES 4" in pipeline.source(plan.specs[0]) and plan.specs[0].name.endswith("_s4_nn_v4")
     odd = shapes.Shape(False, 32, 32, 8, 2, 2)   # 256 threads: a 8 x 32 k-major tile is 64 16-byte copies
     assert "cannot copy a 8 x 32 tile" in shapes.why_not(odd, "float32", 3)
     assert shapes.why_not(odd, "float32", 1) is None
@@ -484,7 +483,7 @@ def test_a_choice_may_have_bm_unequal_bn():
     plan = gk.plan(gk.packed("float32", 1000, 1000, 1000), gk.GemmChoice(wide), SM90)
     (launch,) = plan.launches
     assert launch.grid == (8, 16, 1) and launch.block == (256, 1, 1)
-    assert kernels.build(launch.spec, "sm_90", persistent=False)[1].spill_bytes == 0
+    assert pipeline.build(launch.spec, "sm_90", persistent=False)[1].spill_bytes == 0
 
 
 def test_k_zero_plans_a_kernel():
@@ -638,7 +637,7 @@ def test_every_shape_on_gpu(rng, dtype, shape):
             _run(rng, dt, m, n, k, ta, tb, beta=beta, tf32=tf32, choice=gk.GemmChoice(shape))
             continue
         profile = _run(rng, dt, m, n, k, ta, tb, beta=beta, config=cfg, tf32=tf32)
-        label = gk.GemmChoice(shape, **gk.pipeline(dtype, shape, cuopjit.target.of_device(0))).label
+        label = gk.GemmChoice(shape, **gk.pipeline_fields(dtype, shape, cuopjit.target.of_device(0))).label
         assert profile.plan_choice == label and f"_{shape.layout}_" in profile.kernel_name
         assert profile.units == gk.UNITS[dtype, shape.mma]
 

@@ -12,14 +12,12 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import executor, kernels
-from cuopjit.config import JITConfig
-from cuopjit.ops import gemm_kernels as gk
-from cuopjit.ops import gemm_wgmma as gw
-from cuopjit.ops import matmul
-from cuopjit.plan import i32, i64
+from cuopjit.run import executor
+from cuopjit.build import pipeline
+from cuopjit.config import DEFAULT, JITConfig
+from cuopjit.ops.gemm import matmul, plans as gk, wgmma as gw
+from cuopjit.run.plan import i32, i64
 from cuopjit.prewarm import kernels_to_build, representative_plans
-from cuopjit.settings import DEFAULT
 from cuopjit.target import named
 
 from conftest import check_guards, guarded, make_config, rel_error
@@ -41,7 +39,7 @@ def test_float32_tensor_cores_on_sm90_are_wgmma(fields, target):
     assert "_wgmma_" in launch.spec.name and launch.spec.arch_specific
     # 3xTF32: A (stored M x K) and B (stored K x N, transposed) are split into hi and lo parts first
     assert [k.spec.name for k in split] == (["tf32_split_n", "tf32_split_t"] if "precision" in fields else [])
-    assert kernels.compile_arch(launch.spec, "sm_90") == "sm_90a"
+    assert pipeline.compile_arch(launch.spec, "sm_90") == "sm_90a"
     assert launch.grid[0] <= 2 * target.sm_count and launch.block[0] in (256, 384)
     assert launch.units == gw.UNITS[fields.get("precision") == "3xtf32"]
     if fields.get("tile_size"):
@@ -212,7 +210,7 @@ def test_every_variant_compiles_for_sm90a_without_spills(trans_a, trans_b, split
     plan.check_target(SM90)
     for launch in plan.launches:
         spec = launch.spec
-        built = kernels.compile_fresh(spec, "sm_90")
+        built = pipeline.compile_fresh(spec, "sm_90")
         assert built.spill_bytes == 0, f"{spec.name} spills {built.spill_bytes} bytes"
         assert built.registers is not None and built.registers <= 240
         assert "C7513" not in built.log, f"{spec.name}: ptxas serialises the wgmmas:\n{built.log}"
@@ -241,10 +239,10 @@ def test_cluster_variants_compile_and_launch_whole_clusters(trans_a, trans_b, sp
         launch = plan.launches[-1]
         assert launch.cluster == (2, 1, 1) and launch.grid[0] % 2 == 0 and "_c2_" in launch.spec.name
         assert launch.grid[0] <= SM90.sm_count * per_sm and launch.grid[0] // 2 <= gw.units(problem, choice)
-    source = kernels.source(launch.spec)
+    source = pipeline.source(launch.spec)
     # a cluster-scope release on the stage arrivals is a MEMBAR.ALL.GPU each in SASS: the build ran 2.5x slower
     assert "__cluster_dims__(CLUSTER, 1, 1)" in source and "mbarrier.arrive.release.cluster" not in source
-    built = kernels.compile_fresh(launch.spec, "sm_90")
+    built = pipeline.compile_fresh(launch.spec, "sm_90")
     assert built.spill_bytes == 0, f"{launch.spec.name} spills {built.spill_bytes} bytes"
     assert "C7513" not in built.log and "C7508" not in built.log, built.log
     with pytest.raises(ValueError, match="use cluster=1"):
@@ -482,6 +480,6 @@ def test_loop_unroll_off_reaches_the_optional_loops_and_compiles(split):
     assert launches[-1].spec.name.endswith("_nounroll_nt" if split else "_nounroll_nn")
     for launch in launches:
         spec = launch.spec
-        assert "_nounroll" in spec.name and 'unroll 1' in kernels.source(spec)
-        built = kernels.compile_fresh(spec, "sm_90")
+        assert "_nounroll" in spec.name and 'unroll 1' in pipeline.source(spec)
+        built = pipeline.compile_fresh(spec, "sm_90")
         assert built.spill_bytes == 0 and "C7513" not in built.log

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit.ops import gemv
+from cuopjit.ops.gemm import gemv
 from cuopjit.target import named
 
 from blas_emulate import fake, run_operator, set_fake_weight

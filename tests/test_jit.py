@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import kernels
+from cuopjit.build import pipeline
 
 pytestmark = pytest.mark.gpu
 
@@ -100,8 +100,8 @@ def test_warm_forward_renders_hashes_and_reads_nothing(monkeypatch):
 
     def forbidden(*args, **kwargs):
         raise AssertionError("the warm path must not get here")
-    monkeypatch.setattr(kernels, "build", forbidden)
-    monkeypatch.setattr(kernels.codegen, "render", forbidden)
+    monkeypatch.setattr(pipeline, "build", forbidden)
+    monkeypatch.setattr(pipeline.codegen, "render", forbidden)
     monkeypatch.setattr("builtins.open", forbidden)
     for _ in range(3):
         g.forward(a, c)
@@ -197,12 +197,12 @@ def test_a_cubin_the_driver_rejects_is_dropped_and_rebuilt(tmp_path):
     g = cuopjit.GemmFloat(trans_b=True)
     g.set_weight(cuopjit.ones([48, 40]))
     spec = g.plan(cuopjit.ones([40, 40]), cuopjit.zeros([40, 48])).launches[0].spec
-    entry = kernels.entry_spec(spec, cuopjit.driver.get_device().arch)
+    entry = pipeline.entry_spec(spec, cuopjit.device.driver.get_device().arch)
     cache = get_cache(str(tmp_path))
     bad = b"\x7fELF" + bytes(256)                 # checksum-valid entry, a cubin no driver loads
     assert cache.get_or_build(entry, lambda: bad) == (bad, False)
     cache._memory.clear()                          # as a fresh process would start
-    loaded = kernels.get_function(spec, 0, str(tmp_path), True)
+    loaded = pipeline.get_function(spec, 0, str(tmp_path), True)
     assert loaded.function.handle is not None and not loaded.info.cache_hit
     assert cache.stats().rejected == 1 and list((tmp_path / "rejected").iterdir())
     cubin, hit = cache.get_or_build(entry, lambda: bad)

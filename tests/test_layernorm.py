@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import kernels, target
-from cuopjit.ops import layernorm, rows
-from cuopjit.ops.layernorm import LayerNormProblem
+from cuopjit.build import pipeline
+from cuopjit import target
+from cuopjit.ops.rows import layernorm, common as rows
+from cuopjit.ops.rows.layernorm import LayerNormProblem
 
 from conftest import SEED, SEED_CONFIGS, build_once, check_guards, family_plans, guarded, make_config, rel_error
 
@@ -68,7 +69,7 @@ def test_problems_cover_both_dtypes_and_every_kernel_kind():
 
 
 def test_config_changes_code():
-    sources = {str(f): tuple(kernels.source(s) for plan in _plans(f, SM90) for s in plan.specs) for f in CONFIGS}
+    sources = {str(f): tuple(pipeline.source(s) for plan in _plans(f, SM90) for s in plan.specs) for f in CONFIGS}
     assert len(set(sources.values())) == len(CONFIGS)
 
 
@@ -104,7 +105,7 @@ def test_plans_pass_weights_eps_and_workspace():
     assert reset.args[1].value == 1 + 2 * 8 and res.args[4] == reset.args[0]   # counters: tickets, done, ready
     assert (res.args[5].offset, res.args[6].offset) == (80, 80 + 8 * chunks * 2 * 8)   # 17 counters: 80 bytes
     # P's loads carry the evict-last L2 policy (x stays for A's re-read); the lead is one row's chunks
-    assert dict(res.spec.params)["KEEP"] == 1 and "createpolicy.fractional.L2::evict_last" in kernels.source(res.spec)
+    assert dict(res.spec.params)["KEEP"] == 1 and "createpolicy.fractional.L2::evict_last" in pipeline.source(res.spec)
     assert res.args[-3].value == layernorm.resident_lead(8, layernorm.choices(nchw, cfg, SM90)[0].layout, SM90)
 
 

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit.ops import gemm_kernels as gk
-from cuopjit.ops import matmul
+from cuopjit.ops.gemm import matmul, plans as gk
 from cuopjit.target import named
 
 import blas_emulate

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import memory
+from cuopjit.device import memory
 
 KEYS = {"device", "allocated", "reserved", "pool_used", "peak_allocated", "allocations", "frees",
         "active_allocations", "fragmentation", "limit"}
@@ -71,7 +71,7 @@ def test_workspace_counts_while_it_lives():
 def test_the_fraction_cap_holds_and_the_process_recovers():
     script = textwrap.dedent("""
         import cuopjit, numpy as np
-        from cuopjit import driver
+        from cuopjit.device import driver
         total = driver.get_device().total_memory
         cuopjit.set_memory_fraction(0.05)
         cap = cuopjit.memory_stats()["limit"]

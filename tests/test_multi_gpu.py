@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import executor
+from cuopjit.run import executor
 from cuopjit.ops.base import DEFAULT
 from cuopjit.target import of_device
 

@@ -11,11 +11,11 @@ import os
 import pytest
 
 from cache_fakes import fake_cubin, fill_disk, make_spec
-from cuopjit import codegen, compiler
+from cuopjit.build import codegen, compiler
 from cuopjit.cache import KernelCache, fsio
 from cuopjit.cache.layer import Layer
 from cuopjit.cache.stats import COUNTERS
-from cuopjit.cli import main
+from cuopjit.cli.main import main
 
 
 def _cli(capsys, *argv) -> tuple[int, str, str]:
@@ -103,8 +103,8 @@ def test_compile_error_excerpt_shows_three_lines_either_side():
 
 def test_template_names_and_lines():
     names = codegen.template_names()
-    assert "gemm.cu.jinja" in names and "common.cuh.jinja" not in names and names == sorted(names)
-    assert codegen.template_lines("common.cuh.jinja")[1] == "typedef {{ scalar_t }} scalar_t;"
+    assert "gemm/gemm.cu.jinja" in names and "common/common.cuh.jinja" not in names and names == sorted(names)
+    assert codegen.template_lines("common/common.cuh.jinja")[1] == "typedef {{ scalar_t }} scalar_t;"
 
 
 # --- plan keys of a GEMM's weight ---------------------------------------------------------------------------
@@ -443,12 +443,12 @@ def test_member_size_limits(tmp_path, monkeypatch):
 def test_templates_dir_inside_a_wheel_beside_a_source_tree_or_nowhere(tmp_path, monkeypatch):
     wheel = tmp_path / "wheel" / "cuopjit"
     (wheel / "templates").mkdir(parents=True)
-    (wheel / "templates" / "common.cuh.jinja").write_text("")
+    (wheel / "templates" / "common/common.cuh.jinja").write_text("")
     monkeypatch.setattr(codegen, "__file__", str(wheel / "codegen.py"))
     assert codegen.templates_dir() == wheel / "templates"
     tree = tmp_path / "tree"
     (tree / "templates").mkdir(parents=True)
-    (tree / "templates" / "common.cuh.jinja").write_text("")
+    (tree / "templates" / "common/common.cuh.jinja").write_text("")
     monkeypatch.setattr(codegen, "__file__", str(tree / "cuopjit" / "codegen.py"))
     assert codegen.templates_dir() == tree / "templates"
     monkeypatch.setattr(codegen, "__file__", str(tmp_path / "none" / "codegen.py"))
@@ -485,12 +485,12 @@ def test_each_unusable_directory_is_warned_about_once(tmp_path, caplog):
 
 # --- the command line's own parsing ----------------------------------------------------------------------------
 def test_config_flags_map_to_jit_config_fields():
-    from cuopjit import cli
+    from cuopjit.cli import args as cli_args, main as cli
     parser = cli.build_parser()
-    cfg = cli._config(parser.parse_args(["show", "relu"]))
+    cfg = cli_args.config_from(parser.parse_args(["show", "relu"]))
     assert (cfg.enable_loop_unroll, cfg.enable_memory_coalescing, cfg.enable_shared_memory_opt,
             cfg.enable_tensor_core, cfg.enable_tma, cfg.max_registers) == (True, True, True, False, False, 0)
-    cfg = cli._config(parser.parse_args(["show", "relu", "--no-unroll", "--no-coalescing", "--no-shared-memory-opt",
+    cfg = cli_args.config_from(parser.parse_args(["show", "relu", "--no-unroll", "--no-coalescing", "--no-shared-memory-opt",
                                          "--tensor-core", "--tma", "--max-registers", "64", "--tile-size", "32",
                                          "--block-size", "128", "--kernel-type", "tiled", "--optimization-level",
                                          "O1"]))
@@ -500,40 +500,42 @@ def test_config_flags_map_to_jit_config_fields():
 
 
 def test_op_and_dtype_selection(capsys):
-    from cuopjit import cli
+    from cuopjit.cli import args as cli_args, main as cli
     ns = cli.build_parser().parse_args(["prewarm", "--op", "relu,gemm"])
-    assert cli._selection(ns) == (["relu", "gemm"], ["float32", "float64"])
+    assert cli_args.selection(ns) == (["relu", "gemm"], ["float32", "float64"])
     rc, _, err = _cli(capsys, "prewarm", "--arch", "sm_80", "--dtype", "float16")
     assert (rc, err) == (2, "cuopjit prewarm: error: unknown dtype 'float16': choose from float32, float64\n")
 
 
 def test_architectures_from_the_environment_are_named_as_such(monkeypatch):
-    from cuopjit import cli, compiler
+    from cuopjit.cli import args as cli_args, main as cli
+    from cuopjit.build import compiler
     monkeypatch.setenv("CUOPJIT_ARCH", "sm_75")
     known = ", ".join(compiler.supported_archs())
     with pytest.raises(ValueError, match=rf"^CUOPJIT_ARCH sm_75 is older than sm_80, the oldest architecture cuopjit "
                                          rf"supports: choose from {known}$"):
-        cli._archs(None)
+        cli_args.archs_from(None)
     with pytest.raises(ValueError, match=r"^--arch sm_75 is older than sm_80"):
-        cli._archs(["sm_75"])
+        cli_args.archs_from(["sm_75"])
     monkeypatch.setenv("CUOPJIT_ARCH", "sm_90,sm_80")
-    assert cli._archs(None) == ["sm_90", "sm_80"] and cli._archs(["sm_80"]) == ["sm_80"]
+    assert cli_args.archs_from(None) == ["sm_90", "sm_80"] and cli_args.archs_from(["sm_80"]) == ["sm_80"]
 
 
 def test_architecture_errors_say_what_to_write(monkeypatch):
-    from cuopjit import cli, compiler
+    from cuopjit.cli import args as cli_args, main as cli
+    from cuopjit.build import compiler
     monkeypatch.setenv("CUOPJIT_ARCH", "bogus!")
     with pytest.raises(ValueError, match=r"^CUOPJIT_ARCH='bogus!' is not understood: write one architecture or a "
                                          r"comma list, e.g. sm_80 or sm_80,sm_90$"):
-        cli._archs(None)
+        cli_args.archs_from(None)
     monkeypatch.setenv("CUOPJIT_ARCH", "")
     with pytest.raises(ValueError, match=r"^name the target architectures, e.g. --arch sm_80,sm_90 \(or set "
                                          r"CUOPJIT_ARCH\)$"):
-        cli._archs(None)
+        cli_args.archs_from(None)
     known = ", ".join(compiler.supported_archs())
     with pytest.raises(ValueError, match=rf"^--arch sm_99 is not a target this NVRTC \({compiler.nvrtc_version()}\) "
                                          rf"knows: choose from {known}$"):
-        cli._archs(["sm_99"])
+        cli_args.archs_from(["sm_99"])
 
 
 def test_listing_skips_an_entry_it_cannot_open(filled, monkeypatch):

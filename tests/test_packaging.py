@@ -6,7 +6,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from cuopjit import codegen
+from cuopjit.build import codegen
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -17,7 +17,7 @@ def test_wheel_ships_every_template_and_the_cli(tmp_path):
     assert out.returncode == 0, out.stderr
     wheel = next(tmp_path.glob("cuopjit-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for template in ["common.cuh.jinja", *codegen.template_names()]:
+    for template in ["common/common.cuh.jinja", *codegen.template_names()]:
         assert f"cuopjit/templates/{template}" in names, f"{template} missing from {wheel.name}"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "cuopjit = cuopjit.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

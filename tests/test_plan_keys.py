@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import streams
-from cuopjit.settings import DEFAULT
+from cuopjit.device import streams
+from cuopjit.config import DEFAULT
 from cuopjit.tensor import Tensor
 
 

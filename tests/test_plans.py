@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import pytest
 
-from cuopjit import kernels, target
-from cuopjit.cli import main as cli_main
+from cuopjit.build import pipeline
+from cuopjit import target
+from cuopjit.cli.main import main as cli_main
 from cuopjit.ops import FAMILIES
-from cuopjit.plan import KernelLaunch, Plan, blob, i32, ptr, scalar
+from cuopjit.run.plan import KernelLaunch, Plan, blob, i32, ptr, scalar
 from cuopjit.prewarm import representative_plans
 
 from conftest import make_config
 
-SPEC = kernels.make_spec("elementwise.cu.jinja", "elementwise", "t", {"x": 1})
+SPEC = pipeline.make_spec("elementwise/elementwise.cu.jinja", "elementwise", "t", {"x": 1})
 
 
 def test_prewarm_builds_exactly_what_every_family_plans(cache_dir, capsys):
@@ -22,7 +23,7 @@ def test_prewarm_builds_exactly_what_every_family_plans(cache_dir, capsys):
     assert {p.target.arch for p in planned} == {"sm_80", "sm_90"}
     assert {p.problem.dtype for p in planned} == {"float32", "float64"}
     misses = [(spec.name, p.target.arch) for p in planned for spec in p.plan.specs
-              if not kernels.is_cached(spec, p.target.arch)]
+              if not pipeline.is_cached(spec, p.target.arch)]
     assert misses == []
 
 
@@ -58,7 +59,7 @@ def test_a_block_over_1024_threads_is_refused_with_what_to_choose():
 
 def test_parameters_are_typed():
     with pytest.raises(ValueError, match="unknown parameter kind 'u8'"):
-        from cuopjit.plan import Arg
+        from cuopjit.run.plan import Arg
         Arg("u8", 1)
     with pytest.raises(Exception):
         i32(2 ** 31)

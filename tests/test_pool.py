@@ -6,8 +6,10 @@ import pytest
 
 import cuopjit
 from cuopjit import target
-from cuopjit.ops import FAMILIES, pool
-from cuopjit.ops.pool import GlobalProblem, Window, WindowProblem
+from cuopjit.ops import FAMILIES
+from cuopjit.ops.pool import global_pool, windowed as pool
+from cuopjit.ops.pool.global_pool import GlobalProblem
+from cuopjit.ops.pool.windowed import Window, WindowProblem
 
 from conftest import SEED, SEED_CONFIGS, build_once, check_guards, family_plans, guarded, make_config
 
@@ -68,18 +70,18 @@ def test_window_kernel_shapes():
 
 def test_global_kernel_shapes():
     """tile_size = elements per thread per step (ITEMS x 16-byte loads); "simple" = scalar loads, one in flight."""
-    default = pool.global_choices(G56, make_config().snapshot(), SM90)[0]
+    default = global_pool.global_choices(G56, make_config().snapshot(), SM90)[0]
     # one wave: 2048 planes x 64 threads <= 132 SMs x 1024; 784 vectors in 2 steps of 7 loads
     assert (default.vg, default.items, default.tpr, default.threads) == (4, 7, 64, 128)
-    assert pool.global_geometry(2048, 49, SM90) == (32, 2) and pool.global_geometry(8, 1 << 20, SM90) == (512, 8)
-    assert pool.global_geometry(2048, 1, SM90) == (1, 1)
-    big = pool.global_choices(G56, make_config(tile_size=128).snapshot(), SM90)[0]
+    assert global_pool.global_geometry(2048, 49, SM90) == (32, 2) and global_pool.global_geometry(8, 1 << 20, SM90) == (512, 8)
+    assert global_pool.global_geometry(2048, 1, SM90) == (1, 1)
+    big = global_pool.global_choices(G56, make_config(tile_size=128).snapshot(), SM90)[0]
     assert (big.vg, big.items, big.tpr) == (4, 32, 8)
-    simple = pool.global_choices(G56, make_config(kernel_type="simple").snapshot(), SM90)[0]
+    simple = global_pool.global_choices(G56, make_config(kernel_type="simple").snapshot(), SM90)[0]
     assert (simple.vg, simple.items, simple.tpr, simple.threads) == (1, 1, 512, 512)
 
 
-@pytest.mark.parametrize("choose, problem", [(pool.window_choices, P2), (pool.global_choices, G56)])
+@pytest.mark.parametrize("choose, problem", [(pool.window_choices, P2), (global_pool.global_choices, G56)])
 def test_a_tile_size_no_kernel_takes_is_refused(choose, problem):
     with pytest.raises(ValueError, match=r"tile_size=256 is not available for pooling kernels: choose one of "
                                          r"0, 8, 16, 32, 64, 128 \(0 = automatic\)"):

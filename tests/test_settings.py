@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import cuopjit
-from cuopjit.settings import DEFAULT, RunSettings
+from cuopjit.config import DEFAULT, RunSettings
 
 from conftest import make_config
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit import kernels, target
-from cuopjit.ops import rows, softmax
-from cuopjit.ops.softmax import SoftmaxProblem
+from cuopjit.build import pipeline
+from cuopjit import target
+from cuopjit.ops.rows import common as rows, softmax
+from cuopjit.ops.rows.softmax import SoftmaxProblem
 
 from conftest import SEED, SEED_CONFIGS, build_once, check_guards, family_plans, guarded, make_config, rel_error
 
@@ -60,7 +61,7 @@ def test_config_changes_code():
     """Every config field changes the code, except kernel_type "simple", documented as shared-memory opt off."""
     sources = {}
     for fields in CONFIGS:
-        sources[str(fields)] = tuple(kernels.source(s) for plan in _plans(fields, SM90) for s in plan.specs)
+        sources[str(fields)] = tuple(pipeline.source(s) for plan in _plans(fields, SM90) for s in plan.specs)
     assert sources.pop(str({"kernel_type": "simple"})) == sources[str({"enable_shared_memory_opt": False})]
     assert len(set(sources.values())) == len(sources)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit.ops import symm
+from cuopjit.ops.gemm import symm
 from cuopjit.target import named
 
 import blas_emulate

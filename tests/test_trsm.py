@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit.ops import trsm
+from cuopjit.ops.gemm import trsm
 from cuopjit.target import named
 
 import blas_emulate
@@ -160,8 +160,9 @@ def _forward_with(op, b, x, nb: int | None):
     if nb is None:
         assert op.forward(b, x) is x
         return
-    from cuopjit import driver, executor
-    from cuopjit.settings import DEFAULT
+    from cuopjit.device import driver
+    from cuopjit.run import executor
+    from cuopjit.config import DEFAULT
     from cuopjit.target import of_device
     problem, target = op.problem(b, x), of_device(driver.current_ordinal())
     choice = next(c for c in trsm.choices(problem, DEFAULT.config, target) if c.nb == nb)

@@ -14,9 +14,8 @@ import pytest
 
 from cuopjit import tuning
 from cuopjit.cache import get_cache
-from cuopjit.config import JITConfig
-from cuopjit.ops import gemm_kernels as gk
-from cuopjit.settings import RunSettings
+from cuopjit.config import JITConfig, RunSettings
+from cuopjit.ops.gemm import plans as gk
 from cuopjit.target import named
 
 from conftest import make_config
@@ -85,7 +84,7 @@ def test_record_keys_name_bucket_precision_and_gpu(monkeypatch):
 
 
 def test_tune_command_checks_its_arguments(capsys):
-    from cuopjit.cli import main
+    from cuopjit.cli.main import main
     assert main(["tune", "gemm", "--shapes", "4096x4096"]) == 2
     assert "--shapes '4096x4096' is not MxNxK" in capsys.readouterr().err
     assert main(["tune", "relu", "--shapes", "8x8x8"]) == 2
@@ -102,11 +101,12 @@ def test_tune_records_are_used_by_a_second_process_without_timing(tmp_path):
     assert "choice" in tune.stderr and "512x512x512 nn:" in tune.stdout
     second = textwrap.dedent("""
         import json, numpy as np, cuopjit
-        from cuopjit import kernels, tuning
+        from cuopjit.build import pipeline
+        from cuopjit import tuning
         tuning._time = lambda *a: (_ for _ in ()).throw(AssertionError("timed again"))
         compiled = []
-        real = kernels.compiler.compile_cubin
-        kernels.compiler.compile_cubin = lambda *a, **k: compiled.append(1) or real(*a, **k)
+        real = pipeline.compiler.compile_cubin
+        pipeline.compiler.compile_cubin = lambda *a, **k: compiled.append(1) or real(*a, **k)
         cuopjit.get_default_global_jit_config().enable_auto_tuning = True
         g = cuopjit.GemmFloat()
         g.set_weight(cuopjit.tensor(np.ones((512, 512), np.float32)))

@@ -29,13 +29,13 @@ sys.path.insert(0, {package_parent!r})
 import argparse, concurrent.futures, encodings.idna, encodings.unicode_escape, gzip, importlib.metadata, json
 import logging, platform, signal, tarfile, zlib
 import platformdirs
-import cuopjit, cuopjit.cli, cuopjit.cli_cache, cuopjit.kernels, cuopjit.system
+import cuopjit, cuopjit.cli, cuopjit.cli.cache, cuopjit.build.pipeline, cuopjit.cli.info
 import cache_fakes
-from cuopjit import compiler, kernels
+from cuopjit.build import compiler, pipeline
 from cuopjit.prewarm import representative_plans
 assert cuopjit.__file__.startswith({package_parent!r}), cuopjit.__file__
 compiler.supported_archs()
-kernels.build(representative_plans(["relu"], ["float32"])[0].plan.specs[0], "sm_80", persistent=False)  # loads NVRTC and its builtins
+pipeline.build(representative_plans(["relu"], ["float32"])[0].plan.specs[0], "sm_80", persistent=False)  # loads NVRTC and its builtins
 if os.getuid() == 0:
     os.setgroups([])
     os.setgid({uid})
@@ -46,7 +46,7 @@ if os.getuid() == 0:
 def _world_readable_copy(destination: Path) -> Path:
     """Copy the cuopjit package (templates included) and cache_fakes under `destination`, readable by all."""
     import cuopjit
-    from cuopjit import codegen
+    from cuopjit.build import codegen
     package = destination / "cuopjit"
     shutil.copytree(Path(cuopjit.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
     if not (package / "templates").is_dir():

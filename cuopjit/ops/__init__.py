@@ -3,20 +3,21 @@ each class's `family` attribute holds the family's pure functions (choices, plan
 from __future__ import annotations
 
 from .base import Operator
-from .gemm import GemmDouble, GemmFloat
-from .activation import ReluDouble, ReluFloat
+from .gemm.operator import GemmDouble, GemmFloat
+from .elementwise.relu import ReluDouble, ReluFloat
 from .blas1 import AxpyDouble, AxpyFloat, CopyDouble, CopyFloat, DotDouble, DotFloat, ScalDouble, ScalFloat
-from .pool import (AveragePool2DDouble, AveragePool2DFloat, GlobalAveragePool2DDouble, GlobalAveragePool2DFloat,
-                   GlobalMaxPool2DDouble, GlobalMaxPool2DFloat, MaxPool2DDouble, MaxPool2DFloat)
+from .pool.global_pool import (GlobalAveragePool2DDouble, GlobalAveragePool2DFloat, GlobalMaxPool2DDouble,
+                               GlobalMaxPool2DFloat)
+from .pool.windowed import AveragePool2DDouble, AveragePool2DFloat, MaxPool2DDouble, MaxPool2DFloat
 from .shape import FlattenDouble, FlattenFloat, ViewDouble, ViewFloat
-from .softmax import SoftmaxDouble, SoftmaxFloat
-from .layernorm import LayerNormDouble, LayerNormFloat
+from .rows.softmax import SoftmaxDouble, SoftmaxFloat
+from .rows.layernorm import LayerNormDouble, LayerNormFloat
 from .batchnorm import BatchNormDouble, BatchNormFloat
-from .gemv import GemvDouble, GemvFloat
-from .matmul import BatchMatMulDouble, BatchMatMulFloat, MatMulDouble, MatMulFloat
-from .symm import SymmDouble, SymmFloat
-from .trsm import TrsmDouble, TrsmFloat
-from .conv2d import Convolution2DDouble, Convolution2DFloat
+from .gemm.gemv import GemvDouble, GemvFloat
+from .gemm.matmul import BatchMatMulDouble, BatchMatMulFloat, MatMulDouble, MatMulFloat
+from .gemm.symm import SymmDouble, SymmFloat
+from .gemm.trsm import TrsmDouble, TrsmFloat
+from .conv2d.operator import Convolution2DDouble, Convolution2DFloat
 
 FAMILIES: dict[str, tuple[type[Operator], type[Operator]]] = {
     "gemm": (GemmFloat, GemmDouble),

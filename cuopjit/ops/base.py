@@ -20,10 +20,13 @@ from typing import Any, Callable, ClassVar, Hashable, Sequence
 
 import numpy as np
 
-from .. import driver, executor, streams, target as targets
-from ..plan import EMPTY, Family, Plan
-from ..settings import DEFAULT, RunSettings
+from ..device import driver, streams
+from ..run import executor
+from .. import target as targets
+from ..run.plan import EMPTY, Family, Plan
+from ..config import DEFAULT, RunSettings
 from ..tensor import Tensor
+from ..tuning import fastest
 
 MEMO_LIMIT = 512   # plans kept per operator and settings; the oldest go first
 _current = streams.local
@@ -60,9 +63,11 @@ class Operator:
 
     __call__ = forward
 
-    def prepared(self, settings: RunSettings, s: int, args: tuple, kwargs: dict
-                ) -> tuple[executor.Runner, tuple, Any]:
-        """The memoised runner for this call under `settings` (planned and loaded on a miss)."""
+    def prepared(self, settings: RunSettings, s: int, args: tuple, kwargs: dict, caller: str = ""
+                 ) -> tuple[executor.Runner, tuple, Any]:
+        """The memoised runner for this call under `settings` (planned and loaded on a miss).
+
+        `caller`: how errors name the operator when a JIT wrapper calls (default: this class's name)."""
         try:
             key, pointers, result = self.bind(*args, **kwargs)
             return self._plans[settings][key], pointers, result
@@ -76,7 +81,7 @@ class Operator:
             streams.check_not_capturing(s, type(self).__name__)
             ordinal = driver.current_ordinal()
             plan = self._choose(problem, settings, targets.of_device(ordinal), args, kwargs)
-            run = executor.load(plan, ordinal, settings)
+            run = executor.load(plan, ordinal, settings, caller or type(self).__name__)
         memo = self.memo(settings)
         with self._lock:
             if len(memo) >= MEMO_LIMIT:
@@ -97,7 +102,6 @@ class Operator:
         """The family's first choice, or with auto-tuning the fastest recorded one."""
         choices = self.family.choices(problem, settings.config, target)
         if settings.tuning and len(choices) > 1:
-            from ..tuning import fastest
             return fastest(self, problem, choices, settings, target, args, kwargs)
         return self.family.plan(problem, choices[0], target)
 

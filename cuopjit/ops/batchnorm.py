@@ -7,7 +7,7 @@ over N, H, W, normalises with them, and updates running_mean/running_var in plac
 `momentum` (running_var takes the unbiased variance), as torch.nn.BatchNorm2d. Parameters not set
 default to gamma=1, beta=0, running_mean=0, running_var=1 (created on the first forward).
 
-Kernels (templates/batchnorm.cu.jinja): inference is one `apply` launch; training is `stats`
+Kernels (templates/batchnorm/batchnorm.cu.jinja): inference is one `apply` launch; training is `stats`
 (per-(channel, split) partials: per-plane, 16-byte loads and shifted sums; flat, Welford), `finalize`
 (a warp per channel: batch statistics, running update) and `apply` (per-plane: tiles in reverse
 order, so what stats read last is re-read from L2 first; an x that fits in L2 is re-read from L2
@@ -37,16 +37,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import kernels
+from ..build import pipeline
 from ..config import ConfigSnapshot
-from ..plan import Arg, Family, KernelLaunch, Plan, i32, i64, ptr, scalar
+from ..run.plan import Arg, Family, KernelLaunch, Plan, i32, i64, ptr, scalar
 from ..target import Target
 from ..tensor import Tensor, empty
 from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
 from .params import non_negative_eps, plan_setting, unit_interval_momentum
+from . import knobs
 
-TEMPLATE = "batchnorm.cu.jinja"
-TILE_SIZES = (0, 8, 16, 32, 64, 128)
+TEMPLATE = "batchnorm/batchnorm.cu.jinja"
 DEFAULT_THREADS = 256
 STATS_STEPS = 4   # per-plane stats: loads of NV vectors per thread in one work unit
 FOLD_FINALIZE = True  # per-plane training: the finalize folded into the apply (two launches; NOTES.md 16 v2)
@@ -84,7 +84,7 @@ class BatchNormChoice:
     nv: int
     plane: bool
     unroll: bool
-    opts: kernels.CompileOpts = kernels.DEFAULT_OPTS
+    opts: pipeline.CompileOpts = pipeline.DEFAULT_OPTS
 
     @property
     def label(self) -> str:
@@ -93,9 +93,7 @@ class BatchNormChoice:
 
 def choices(problem: BatchNormProblem, cfg: ConfigSnapshot, target: Target) -> list[BatchNormChoice]:
     """The one kernel shape `cfg` names for this problem."""
-    if cfg.tile_size not in TILE_SIZES:
-        raise ValueError(f"tile_size={cfg.tile_size} is not available for batch norm: choose one of "
-                         f"{', '.join(map(str, TILE_SIZES))} (0 = automatic)")
+    knobs.check("batch norm", cfg)
     dtype = np.dtype(problem.dtype)
     vw = vector_width(dtype)
     plane = problem.hw > 1 and cfg.enable_shared_memory_opt and cfg.kernel_type != "simple"
@@ -104,10 +102,10 @@ def choices(problem: BatchNormProblem, cfg: ConfigSnapshot, target: Target) -> l
     ept = cfg.tile_size or (16 if dtype == np.float32 else 8)
     nv = max(1, ept // vec) if plane else 1
     return [BatchNormChoice(cfg.block_size or DEFAULT_THREADS, vec, nv, plane, cfg.enable_loop_unroll,
-                            kernels.compile_opts(cfg))]
+                            pipeline.compile_opts(cfg))]
 
 
-def _spec(dtype: np.dtype, kind: str, choice: BatchNormChoice, training: bool = False) -> kernels.KernelSpec:
+def _spec(dtype: np.dtype, kind: str, choice: BatchNormChoice, training: bool = False) -> pipeline.KernelSpec:
     """The apply kernel of `choice` (tiles reversed when training; per-plane training with FOLD_FINALIZE:
     the finalize folded in), its stats kernel (per-plane: the same vectors; else scalar), or the finalize
     kernel."""
@@ -125,7 +123,7 @@ def _spec(dtype: np.dtype, kind: str, choice: BatchNormChoice, training: bool = 
     tag = {"apply": choice.label + ("r" if reverse else "") + ("f" if fold else ""), "stats": choice.label if plane else f"t{choice.threads}",
            "finalize": f"t{choice.threads}"}[kind]
     name = f"batchnorm_{kind}_{dtype_tag(dtype)}_{tag}" + ("" if choice.unroll else "_nounroll")
-    return kernels.make_spec(TEMPLATE, f"batchnorm_{kind}", name, params, choice.opts)
+    return pipeline.make_spec(TEMPLATE, f"batchnorm_{kind}", name, params, choice.opts)
 
 
 def stats_segment(choice: BatchNormChoice) -> int:

@@ -3,7 +3,7 @@
 x and y may have any shapes holding the same number of elements (as cuBLAS sees them: flat
 vectors, unit stride). Scal, Axpy and Copy are the streaming map family of elementwise.py (its
 docstring maps their JITConfig fields). Dot is the family below: a deterministic two-pass
-reduction (templates/dot.cu.jinja). How each JITConfig field changes Dot:
+reduction (templates/blas1/dot.cu.jinja). How each JITConfig field changes Dot:
 
     kernel_type               "simple": scalar loads, one element per thread per grid-stride step
                               (VEC = ITEMS = 1); every other kind ("auto", "tiled", "warp_optimized",
@@ -26,16 +26,17 @@ from typing import Any
 
 import numpy as np
 
-from .. import kernels, streams
+from ..build import pipeline
+from ..device import streams
 from ..config import ConfigSnapshot
-from ..plan import Family, KernelLaunch, Plan, i32, i64, ptr
+from ..run.plan import Family, KernelLaunch, Plan, i32, i64, ptr
 from ..target import Target
 from ..tensor import Tensor, empty
-from . import elementwise
+from .elementwise import kernels as elementwise
 from .base import Operator, cdiv, dtype_tag, scalar_t
 from .params import plan_setting
 
-DOT_TEMPLATE = "dot.cu.jinja"
+DOT_TEMPLATE = "blas1/dot.cu.jinja"
 DOT_VECTORS = 4   # 16-byte vectors per thread per step when tile_size is 0
 
 
@@ -140,7 +141,7 @@ class DotChoice:
     vec: int
     items: int
     unroll: bool
-    opts: kernels.CompileOpts = kernels.DEFAULT_OPTS
+    opts: pipeline.CompileOpts = pipeline.DEFAULT_OPTS
 
     @property
     def label(self) -> str:
@@ -153,7 +154,7 @@ def dot_choices(problem: DotProblem, cfg: ConfigSnapshot, target: Target) -> lis
                                                       vectors=DOT_VECTORS)
     if cfg.kernel_type == "simple":
         vec, items = 1, 1
-    return [DotChoice(threads, vec, items, cfg.enable_loop_unroll, kernels.compile_opts(cfg))]
+    return [DotChoice(threads, vec, items, cfg.enable_loop_unroll, pipeline.compile_opts(cfg))]
 
 
 def dot_plan(problem: DotProblem, choice: DotChoice, target: Target) -> Plan:
@@ -168,9 +169,9 @@ def dot_plan(problem: DotProblem, choice: DotChoice, target: Target) -> Plan:
                                          choice.threads, target)
     units = "FP32 cores" if dtype == np.float32 else "FP64 cores"
     workspace = ptr(3)
-    partial = KernelLaunch(kernels.make_spec(DOT_TEMPLATE, "dot_partial", name, params, choice.opts), (blocks,),
+    partial = KernelLaunch(pipeline.make_spec(DOT_TEMPLATE, "dot_partial", name, params, choice.opts), (blocks,),
                            (choice.threads,), (ptr(0), ptr(1), workspace, i64(problem.n)), units=units)
-    final = KernelLaunch(kernels.make_spec(DOT_TEMPLATE, "dot_final", name, params, choice.opts), (1,),
+    final = KernelLaunch(pipeline.make_spec(DOT_TEMPLATE, "dot_final", name, params, choice.opts), (1,),
                          (choice.threads,), (workspace, ptr(2), i32(blocks)), units=units)
     return Plan((partial, final), ("x", "y", "result"), workspace=blocks * dtype.itemsize, choice=choice.label)
 

@@ -2,7 +2,7 @@
 
 Flatten copies x into y, whose shape must be x's shape with dims start_dim..end_dim merged: the
 streaming copy of elementwise.py (its docstring maps the JITConfig fields). View copies the
-sub-block of x that starts at `offset` and has `shape` into y (templates/copy_view.cu.jinja, the
+sub-block of x that starts at `offset` and has `shape` into y (templates/shape/copy_view.cu.jinja, the
 family below); it raises when the block leaves x. How each JITConfig field changes View:
 
     kernel_type               "simple": scalar accesses; every other kind ("auto", "tiled",
@@ -24,15 +24,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import kernels
+from ..build import pipeline
 from ..config import ConfigSnapshot
-from ..plan import Family, KernelLaunch, Plan, i64, ptr
+from ..run.plan import Family, KernelLaunch, Plan, i64, ptr
 from ..target import Target
 from ..tensor import Tensor
-from . import elementwise
+from .elementwise import kernels as elementwise
 from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
 
-VIEW_TEMPLATE = "copy_view.cu.jinja"
+VIEW_TEMPLATE = "shape/copy_view.cu.jinja"
 VIEW_THREADS = 256
 
 
@@ -94,7 +94,7 @@ class ViewChoice:
     """Threads per block and scalars per access."""
     threads: int
     vec: int
-    opts: kernels.CompileOpts = kernels.DEFAULT_OPTS
+    opts: pipeline.CompileOpts = pipeline.DEFAULT_OPTS
 
     @property
     def label(self) -> str:
@@ -121,7 +121,7 @@ def view_choices(problem: ViewProblem, cfg: ConfigSnapshot, target: Target) -> l
     vec = vector_width(np.dtype(problem.dtype))
     wide = (cfg.kernel_type != "simple" and cfg.enable_memory_coalescing and problem.aligned
             and problem.run % vec == 0 and problem.base % vec == 0 and all(s % vec == 0 for _, s in problem.outer))
-    return [ViewChoice(cfg.block_size or VIEW_THREADS, vec if wide else 1, kernels.compile_opts(cfg))]
+    return [ViewChoice(cfg.block_size or VIEW_THREADS, vec if wide else 1, pipeline.compile_opts(cfg))]
 
 
 def view_plan(problem: ViewProblem, choice: ViewChoice, target: Target) -> Plan:
@@ -129,7 +129,7 @@ def view_plan(problem: ViewProblem, choice: ViewChoice, target: Target) -> Plan:
     dtype = np.dtype(problem.dtype)
     nout, vec, threads = len(problem.outer), choice.vec, choice.threads
     params = {"scalar_t": scalar_t(dtype), "unroll": True, "THREADS": threads, "VEC": vec, "NOUT": nout}
-    spec = kernels.make_spec(VIEW_TEMPLATE, "view_copy", f"view_{dtype_tag(dtype)}_b{threads}_v{vec}_d{nout}",
+    spec = pipeline.make_spec(VIEW_TEMPLATE, "view_copy", f"view_{dtype_tag(dtype)}_b{threads}_v{vec}_d{nout}",
                              params, choice.opts)
     total = problem.total // vec
     grid = elementwise.persistent_grid(cdiv(total, threads), threads, target)

@@ -1,0 +1,70 @@
+"""Argument parsing shared by the `cuopjit` commands: JITConfig options, --op/--dtype, --arch."""
+from __future__ import annotations
+
+import argparse
+from typing import Sequence
+
+from .. import prewarm, target
+from ..build import compiler
+from ..config import JITConfig, environment, split_list
+from ..prewarm import DTYPES
+
+
+def config_args(p: argparse.ArgumentParser) -> None:
+    """The JITConfig fields as options (prewarm, show, explain, tune, bench)."""
+    g = p.add_argument_group("kernel configuration (JITConfig fields)")
+    g.add_argument("--kernel-type", default="auto")
+    g.add_argument("--tile-size", type=int, default=0)
+    g.add_argument("--block-size", type=int, default=0)
+    g.add_argument("--optimization-level", default="O3", choices=("O0", "O1", "O2", "O3"))
+    g.add_argument("--max-registers", type=int, default=0)
+    g.add_argument("--tensor-core", action="store_true", help="enable_tensor_core=True")
+    g.add_argument("--tma", action="store_true", help="enable_tma=True")
+    g.add_argument("--no-unroll", action="store_true", help="enable_loop_unroll=False")
+    g.add_argument("--no-coalescing", action="store_true", help="enable_memory_coalescing=False")
+    g.add_argument("--no-shared-memory-opt", action="store_true", help="enable_shared_memory_opt=False")
+    g.add_argument("--precision", default="tf32", help="float32 tensor-core products: tf32 or 3xtf32")
+
+
+def config_from(ns: argparse.Namespace) -> JITConfig:
+    """The JITConfig the config options describe (each field validated as it is assigned)."""
+    cfg = JITConfig()
+    cfg.kernel_type, cfg.tile_size, cfg.block_size = ns.kernel_type, ns.tile_size, ns.block_size
+    cfg.optimization_level, cfg.max_registers = ns.optimization_level, ns.max_registers
+    cfg.enable_tensor_core = ns.tensor_core
+    cfg.enable_tma = ns.tma
+    cfg.enable_loop_unroll = not ns.no_unroll
+    cfg.enable_memory_coalescing = not ns.no_coalescing
+    cfg.enable_shared_memory_opt = not ns.no_shared_memory_opt
+    cfg.precision = ns.precision
+    return cfg
+
+
+def selection(ns: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The --op and --dtype values (comma lists too, repeatable); unknown names raise with the known ones."""
+    ops, dtypes = prewarm.check_ops(split_list(ns.op)), split_list(ns.dtype)
+    for dt in dtypes:
+        if dt not in DTYPES:
+            raise ValueError(f"unknown dtype {dt!r}: choose from {', '.join(DTYPES)}")
+    return ops, dtypes or list(DTYPES)
+
+
+def archs_from(values: Sequence[str] | None) -> list[str]:
+    """The --arch values (comma lists, repeatable), else CUOPJIT_ARCH; each must be a target cuopjit supports."""
+    archs, source = split_list(values), "--arch"
+    if not archs:
+        env = environment()
+        env.require("CUOPJIT_ARCH")
+        archs, source = list(env.arch), "CUOPJIT_ARCH"
+    if not archs:
+        raise ValueError("name the target architectures, e.g. --arch sm_80,sm_90 (or set CUOPJIT_ARCH)")
+    known = compiler.supported_archs()
+    for a in archs:
+        if a in compiler.nvrtc_archs() and a not in known:
+            raise ValueError(f"{source} {a} is older than {compiler.MIN_ARCH}, the oldest architecture cuopjit "
+                             f"supports: choose from {', '.join(known)}")
+        if a not in known:
+            raise ValueError(f"{source} {a} is not a target this NVRTC ({compiler.nvrtc_version()}) knows: "
+                             f"choose from {', '.join(known)}")
+        target.named(a)
+    return archs

@@ -1,0 +1,190 @@
+"""Conv2D on Hopper tensor cores (templates/conv2d/conv2d_wgmma.cu.jinja): wgmma TF32 or 3xTF32 implicit GEMM.
+
+Three launches per forward: the weight packed to [O][KH][KW][CPAD] (rounded to TF32; 3xTF32 adds a
+lo = tf32(w - hi) copy), the NCHW input converted to an internal NHWC copy (rounded to TF32), then the
+persistent wgmma kernel, whose pixel operand is one 4-D TMA box per k-tile (channels x BW x BH of
+one image, the stride as the tensor map's element strides; TMA's zero fill outside the image is the
+padding). 3xTF32 splits the input two ways (`lo_copy`): layers with much work per input value
+(out_channels * kh * kw / strides >= LO_COPY_WORK) get a second NHWC copy of lo = tf32(x - hi) read
+by TMA beside hi; the others keep x as it is and the kernel's producer warpgroup writes each tile's
+lo in shared memory (half the copy traffic; the seed layer: kernel 2.23 ms instead of 1.80 ms, copy
+0.31 instead of 0.48 ms; ResNet's 1x1 256 -> 64: 0.15 instead of 0.21 ms in all). Layers it takes:
+float32, sm_90, one group, at least half of the padded channels real (CPAD = 32-multiple), and a
+pixel tile that wastes at most MAX_WASTE of the output; the others stay on the mma.sync kernel.
+
+How JITConfig reaches this kernel: tile_size 0 lets the heuristic choose the pixel tile QN (256 for
+TF32, 128 for 3xTF32, less on small images), 64 / 128 name it; block_size 0 or 384 runs two consumer
+warpgroups (128 output channels per tile; 0 takes one for layers of <= 64 channels), 256 one (64); TF32
+runs here only where out_channels * kh * kw >= MIN_WORK (else mma.sync is faster than the copy); precision "3xtf32" the split products;
+enable_loop_unroll the prepass loops; enable_shared_memory_opt the transpose tile's row padding;
+enable_memory_coalescing float2 output stores where rows are even.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...build import pipeline
+from ...run.plan import KernelLaunch, Plan, i32, i64, ptr
+from ...target import Target
+from ..base import cdiv
+from ..gemm.wgmma import Warpgroups
+
+TEMPLATE = "conv2d/conv2d_wgmma.cu.jinja"
+BK = 32
+MAX_STAGES = 6
+MIN_WORK = 128             # TF32 runs here when out_channels * kh * kw >= this: each converted input value
+                           # then feeds >= 256 flops (ResNet's 1x1 256 -> 64: 64, faster on mma.sync)
+LO_COPY_WORK = 512         # 3xTF32 with a lo copy of the input from this out_channels * kh * kw / strides
+MAX_WASTE = 2.0             # computed pixels / output pixels at most this (else the mma.sync kernel)
+GOOD_WASTE = 1.25           # the widest tile whose waste is at most this wins
+WIDTHS = {False: (256, 128, 64), True: (128, 64)}   # pixel tiles QN (3xTF32: acc + total in registers)
+BLOCKS = {0: 2, 384: 2, 256: 1}                     # block_size -> consumer warpgroups
+REGS = {2: 232, 1: 240}                             # setmaxnreg of the consumers
+MAP_BYTES = 512                                     # up to three 128-byte tensor maps per block
+UNITS = {False: "TF32 tensor cores (wgmma)", True: "TF32 tensor cores, 3 products (wgmma 3xTF32)"}
+
+
+@dataclass(frozen=True)
+class WgmmaConvChoice(Warpgroups):
+    """One build: consumer warpgroups, pixel tile QN = BW columns x QN / BW rows, stages, precision (3xTF32: the
+    input's lo parts from a copy, or made in shared memory), switches."""
+    consumers: int
+    qn: int
+    bw: int
+    stages: int
+    split: bool = False
+    lo_copy: bool = False
+    unroll: bool = True
+    pad: bool = True
+    coalesce: bool = True
+    opts: pipeline.CompileOpts = pipeline.DEFAULT_OPTS
+
+    @property
+    def label(self) -> str:
+        return (f"wgmma_t{self.pm}x{self.qn}_b{self.bw}x{self.qn // self.bw}_s{self.stages}"
+                + ("_3xtf32" if self.split else "") + ("_locopy" if self.lo_copy else "")
+                + ("" if self.coalesce else "_scalar")
+                + ("" if self.pad else "_nopad") + ("" if self.unroll else "_nounroll"))
+
+
+def cpad(problem) -> int:
+    """Channels of the NHWC copy: a multiple of BK (one 128-byte swizzle row per pixel and k-tile)."""
+    return cdiv(problem.c, BK) * BK
+
+
+def box(problem, qn: int) -> tuple[int, float] | None:
+    """(BW, waste) of the pixel box of qn pixels that computes the fewest pixels, the widest on ties
+    (None: no box; a TMA box spans at most 256 elements, BW * stride_w and BH * stride_h)."""
+    best = None
+    for bw in (256, 128, 64, 32, 16, 8):
+        if bw > qn or bw * problem.sw > 256 or qn // bw * problem.sh > 256:
+            continue
+        waste = cdiv(problem.ow, bw) * bw * cdiv(problem.oh, qn // bw) * (qn // bw) / (problem.ow * problem.oh)
+        if best is None or waste < best[1] - 1e-9:
+            best = (bw, waste)
+    return best
+
+
+def why_not(problem, target: Target) -> str | None:
+    """Why this layer cannot run on the wgmma kernel (None: it can)."""
+    if problem.dtype != "float32":
+        return "wgmma TF32 is float32 only"
+    if target.capability != 90:
+        return f"wgmma needs an sm_90 GPU, not {target.arch}"
+    if max(problem.sh, problem.sw) > 8:
+        return f"stride {problem.sh} x {problem.sw}: TMA element strides are at most 8"
+    if problem.groups != 1:
+        return "grouped convolution"
+    if cpad(problem) > 2 * problem.c:
+        return f"{problem.c} channels would be padded to {cpad(problem)}"
+    wastes = [b[1] for b in (box(problem, q) for q in WIDTHS[False]) if b]
+    if not wastes or min(wastes) > MAX_WASTE:
+        return f"a {problem.oh} x {problem.ow} output wastes more than {MAX_WASTE}x of any pixel tile"
+    if cdiv(problem.k, 64) * problem.n * problem.oh * problem.ow >= 2 ** 31:
+        return "more than 2^31 tiles"
+    return None
+
+
+def applies(problem, cfg, target: Target, split: bool) -> bool:
+    """Whether `cfg` (tensor cores or 3xTF32 allowed, a tile_size / block_size this kernel builds) routes here:
+    where it can run, and for TF32 only where the NHWC copy is small beside the products (MIN_WORK; 3xTF32
+    always: the mma.sync split kernel is 2-3x slower)."""
+    return (cfg.tile_size in (0, 64, 128) and cfg.block_size in BLOCKS and why_not(problem, target) is None
+            and (split or problem.k * problem.kh * problem.kw >= MIN_WORK))
+
+
+def smem_bytes(consumers: int, qn: int, stages: int, split: bool) -> int:
+    """Dynamic shared memory: stages of (W, X) k-tiles (hi and lo with 3xTF32), barriers, maps, alignment."""
+    return stages * (2 if split else 1) * (64 * consumers + qn) * BK * 4 + 24 * stages + 4 * 128 + 128 + 1024
+
+
+def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaConvChoice]:
+    """The named or heuristic build first; with tile and block free, the other pixel tiles follow."""
+    consumers = BLOCKS[cfg.block_size] if cfg.block_size else (1 if problem.k <= 64 else 2)
+    widths = [q for q in WIDTHS[split] if not cfg.tile_size or q == cfg.tile_size]
+    boxes = {q: box(problem, q) or (0, MAX_WASTE + 1) for q in widths}
+    fits = [q for q in widths if boxes[q][1] <= GOOD_WASTE] or [min(widths, key=lambda q: boxes[q][1])]
+    order = fits[:1] + [q for q in widths if q != fits[0] and boxes[q][1] <= MAX_WASTE]
+    lo_copy = split and problem.k * problem.kh * problem.kw >= LO_COPY_WORK * problem.sh * problem.sw
+    switches = {"split": split, "lo_copy": lo_copy, "unroll": cfg.enable_loop_unroll,
+                "pad": cfg.enable_shared_memory_opt,
+                "coalesce": cfg.enable_memory_coalescing, "opts": pipeline.compile_opts(cfg)}
+    free = not cfg.tile_size and not cfg.block_size
+    return [build(consumers, q, boxes[q][0], target, **switches) for q in (order if free else order[:1])]
+
+
+def build(consumers: int, qn: int, bw: int, target: Target, split: bool, **switches) -> WgmmaConvChoice:
+    """A build with as many stages as fit one block's shared memory."""
+    fit = [s for s in range(2, MAX_STAGES + 1) if smem_bytes(consumers, qn, s, split) <= target.smem_per_block]
+    return WgmmaConvChoice(consumers, qn, bw, fit[-1], split=split, **switches)
+
+
+def plan(problem, choice: WgmmaConvChoice, target: Target) -> Plan:
+    """Weight pack, NHWC conversion and the persistent wgmma launch; workspace: maps, weight and input copies."""
+    reason = why_not(problem, target)
+    if reason:
+        raise ValueError(f"Convolution2D cannot run on the wgmma kernel: {reason}")
+    p, c = problem, choice
+    if c.qn not in WIDTHS[c.split] or c.qn % c.bw or c.consumers not in (1, 2) or c.lo_copy and not c.split:
+        raise ValueError(f"Convolution2D wgmma tile {c.pm}x{c.qn} (box {c.bw}): choose tile_size "
+                         f"{' or '.join(map(str, WIDTHS[c.split]))} and block_size 256 or 384")
+    cp = cpad(p)
+    grid = min(cdiv(p.k, c.pm) * cdiv(p.ow, c.bw) * cdiv(p.oh, c.qn // c.bw) * p.n, target.sm_count)
+    wsize = p.k * p.kh * p.kw * cp * 4
+    xsize = p.n * p.h * p.w * cp * 4
+    offs, top = [], cdiv(grid * MAP_BYTES, 1024) * 1024
+    for size in (wsize, wsize if c.split else 0, xsize, xsize if c.lo_copy else 0):
+        offs.append(top)
+        top += cdiv(size, 1024) * 1024
+    w_hi, w_lo, x_nhwc, x_lo = (ptr(4, o) for o in offs)
+    if not c.split:
+        w_lo = w_hi
+    x_parts = (x_nhwc, x_lo) if c.lo_copy else (x_nhwc,)
+    window = {"KH": p.kh, "KW": p.kw, "SPLIT": c.split, "scalar_t": "float", "unroll": c.unroll}
+    tag = f"f32_k{p.kh}x{p.kw}" + ("_3xtf32" if c.split else "_tf32")
+    wpack = pipeline.make_spec(TEMPLATE, "conv2d_wpack", f"conv2d_wpack_{tag}", {**window, "kernel": "wpack"},
+                              c.opts, arch_specific=True)
+    total = p.k * p.kh * p.kw * cp
+    launches = [KernelLaunch(wpack, (min(cdiv(total, 256), 1 << 20),), (256,),
+                             (ptr(1), w_hi, w_lo, i32(p.c), i32(cp), i64(total)), units="FP32 cores (weight pack)")]
+    nhwc = pipeline.make_spec(TEMPLATE, "conv2d_nhwc", f"conv2d_nhwc_{tag}" + ("_locopy" if c.lo_copy else "")
+                             + ("" if c.pad else "_nopad") + ("" if c.unroll else "_nounroll"),
+                             {**window, "kernel": "nhwc", "PAD": 1 if c.pad else 0, "KH": 1, "KW": 1,
+                              "LO_COPY": c.lo_copy}, c.opts,
+                             arch_specific=True)
+    launches.append(KernelLaunch(nhwc, (p.n * p.h, cdiv(p.w, 32), cp // 32), (256,),
+                                 (ptr(0), *x_parts, i32(p.c), i32(cp), i32(p.h), i32(p.w)),
+                                 units="DRAM (NCHW -> NHWC copy)"))
+    vec = 2 if c.coalesce and p.aligned and p.ow % 2 == 0 else 1
+    params = {**window, "kernel": "conv", "QN": c.qn, "BW": c.bw, "STAGES": c.stages, "CONSUMERS": c.consumers,
+              "LO_COPY": c.lo_copy, "SH": p.sh, "SW": p.sw, "PH": p.ph, "PW": p.pw, "DH": p.dh, "DW": p.dw,
+              "bias": p.bias, "relu": p.relu, "VEC_OUT": vec,
+              "CONSUMER_REGS": REGS[c.consumers]}
+    name = (f"conv2d_{tag}_s{p.sh}x{p.sw}_p{p.ph}x{p.pw}" + (f"_d{p.dh}x{p.dw}" if (p.dh, p.dw) != (1, 1) else "")
+            + ("_bias" if p.bias else "") + ("_relu" if p.relu else "") + f"_{c.label}_v{vec}")
+    spec = pipeline.make_spec(TEMPLATE, "conv2d_wgmma", name, params, c.opts, arch_specific=True)
+    args = (*x_parts, w_hi, w_lo, *((ptr(2),) if p.bias else ()), ptr(3), ptr(4), i32(p.n), i32(cp), i32(p.h),
+            i32(p.w), i32(p.k), i32(p.oh), i32(p.ow))
+    launches.append(KernelLaunch(spec, (grid,), (c.threads,), args,
+                                 shared=smem_bytes(c.consumers, c.qn, c.stages, c.split), units=UNITS[c.split]))
+    return Plan(tuple(launches), ("x", "weight", "bias", "y"), workspace=top, choice=c.label)

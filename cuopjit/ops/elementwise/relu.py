@@ -1,0 +1,44 @@
+"""ReluFloat / ReluDouble: y = max(x, 0) elementwise (NaN stays NaN), in place when y is x."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...tensor import Tensor
+from . import kernels as elementwise
+from ..base import Operator
+
+
+class Relu(Operator):
+    """Rectified linear unit over a whole tensor: `forward(x, y=None)`; y defaults to x (in place); returns y."""
+
+    family = elementwise.family("relu")
+
+    def bind(self, x: Tensor, y: Tensor | None = None) -> tuple:
+        y = x if y is None else y
+        return (x.plan_key, y.plan_key), (x.ptr, y.ptr), y
+
+    def problem(self, x: Tensor, y: Tensor | None = None) -> elementwise.MapProblem | None:
+        y = x if y is None else y
+        self.check_operand("x", x)
+        self.check_operand("y", y)
+        if tuple(x.shape) != tuple(y.shape):
+            raise ValueError(f"{type(self).__name__}: y has shape {list(y.shape)} but x has shape "
+                             f"{list(x.shape)}: they must be equal")
+        if x.size == 0:
+            return None
+        return elementwise.MapProblem("relu", self.dtype.name, x.size, ((x.ptr | y.ptr) & 15) == 0)
+
+    def work(self, x: Tensor, *args: Any, **kwargs: Any) -> tuple[float, float]:
+        return float(x.size), 2.0 * x.size * self.dtype.itemsize
+
+
+class ReluFloat(Relu):
+    """float32 ReLU (cuOP `ReluFloat`)."""
+    dtype = np.dtype(np.float32)
+
+
+class ReluDouble(Relu):
+    """float64 ReLU (cuOP `ReluDouble`)."""
+    dtype = np.dtype(np.float64)

@@ -1,0 +1,208 @@
+"""MatMul / BatchMatMul: C = A @ B with NumPy `matmul` rules, as plans of the GEMM family.
+
+A 2-D MatMul is exactly a GemmFloat problem (the same choices, kernel and plan). Batch dimensions
+broadcast as NumPy does; the trailing batch dimensions where every operand either runs along C's
+batch or is broadcast over it (a batch of 1) become ONE batched GEMM launch (gemm.cu.jinja's
+`batched`: blockIdx.z picks the entry, stride 0 broadcasts); only leading dimensions broadcast in
+mixed ways (A [3, 1, m, k] @ B [1, 4, k, n]) add a launch per outer index, planned once. The JITConfig
+fields act as in the GEMM family (cuopjit/ops/gemm_plans.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...config import ConfigSnapshot
+from ...run.plan import Arg, Family, KernelLaunch, Plan, ptr
+from ...target import Target
+from ...tensor import Tensor
+from . import plans as gemm_plans
+from ..base import Operator, vector_width
+
+GEMM_WORKSPACE = 3   # a GEMM plan's workspace pointer: after its operands a, b, c
+
+
+@dataclass(frozen=True)
+class MatMulProblem:
+    """One batched GEMM (`gemm`) run once per entry of `outer`: (A, B, C) element offsets of each launch."""
+    gemm: gemm_plans.GemmProblem
+    outer: tuple[tuple[int, int, int], ...] = ((0, 0, 0),)
+
+    @property
+    def dtype(self) -> str:
+        return self.gemm.dtype
+
+
+def retarget(launch: KernelLaunch, pointers: tuple, workspace: Arg | None = None) -> KernelLaunch:
+    """A GEMM plan's launch run on other A, B, C pointers: each `ptr` argument naming operand 0, 1 or 2 moves
+    to pointers[i] (offsets add up); `workspace` (a `ptr`) moves the GEMM plan's own workspace (pointer
+    index 3) into the caller's plan. Other arguments are kept."""
+    def move(a: Arg) -> Arg:
+        if a.kind != "ptr":
+            return a
+        if a.value < 3:
+            return ptr(pointers[a.value].value, pointers[a.value].offset + a.offset)
+        if workspace is not None and a.value == GEMM_WORKSPACE:
+            return ptr(workspace.value, workspace.offset + a.offset)
+        return a
+    return dataclasses.replace(launch, args=tuple(move(a) for a in launch.args))
+
+
+def choices(problem: MatMulProblem, cfg: ConfigSnapshot, target: Target) -> list:
+    """The GEMM family's choices for the batched GEMM."""
+    return gemm_plans.choices(problem.gemm, cfg, target)
+
+
+def plan(problem: MatMulProblem, choice: gemm_plans.GemmChoice, target: Target) -> Plan:
+    """The GEMM plan of the batched problem; its launches once per outer index (once in all but mixed
+    broadcasts; the repeats run one after another, so they share the GEMM plan's workspace)."""
+    base = gemm_plans.plan(problem.gemm, choice, target)
+    if problem.outer == ((0, 0, 0),):
+        return base
+    size = np.dtype(problem.dtype).itemsize
+    launches = [retarget(launch, tuple(ptr(i, off * size) for i, off in enumerate(offsets)))
+                for offsets in problem.outer for launch in base.launches]
+    return Plan(tuple(launches), base.operands, workspace=base.workspace, choice=base.choice)
+
+
+def _batched(dt: str, batch: int, m: int, n: int, k: int, broadcast_b: bool = False,
+             aligned: bool = True) -> MatMulProblem:
+    g = gemm_plans.packed(dt, m, n, k, aligned=aligned)
+    return MatMulProblem(dataclasses.replace(g, batch=batch, stride_a=m * k, stride_b=0 if broadcast_b else k * n,
+                                             stride_c=m * n))
+
+
+def problems() -> list[MatMulProblem]:
+    """2-D products (the GEMM family's own square ones) and the batched goal shape."""
+    return [MatMulProblem(gemm_plans.packed(dt, s, s, s)) for dt in ("float32", "float64") for s in (4096, 1000)] \
+        + [_batched(dt, 100, 256, 256, 256) for dt in ("float32", "float64")]
+
+
+def batch_problems() -> list[MatMulProblem]:
+    """The seed's 100 x 256³ batch, a broadcast weight, and an odd unaligned batch."""
+    return [p for dt in ("float32", "float64")
+            for p in (_batched(dt, 100, 256, 256, 256), _batched(dt, 64, 128, 128, 128, broadcast_b=True),
+                      _batched(dt, 7, 33, 33, 33, aligned=False))]
+
+
+FAMILY = Family("matmul", choices, plan, problems)
+BATCH_FAMILY = Family("batchmatmul", choices, plan, batch_problems)
+
+
+class MatMul(Operator):
+    """C = A @ B (NumPy `matmul`): `forward(A, B, C)` writes C and returns it.
+
+    2-D operands are a GEMM; more dimensions batch and broadcast; a 1-D A (B) is a row (column) whose
+    dimension C drops, as in NumPy. C must have the broadcast shape exactly.
+    """
+
+    family = FAMILY
+
+    def bind(self, a: Tensor, b: Tensor, c: Tensor) -> tuple:
+        return (a.plan_key, b.plan_key, c.plan_key), (a.ptr, b.ptr, c.ptr), c
+
+    def _check_ndim(self, a: Tensor, b: Tensor) -> None:
+        name = type(self).__name__
+        if a.ndim == 0 or b.ndim == 0:
+            raise ValueError(f"{name}: a has shape {list(a.shape)} and b has shape {list(b.shape)}: "
+                             "matmul needs at least 1-D operands")
+
+    def problem(self, a: Tensor, b: Tensor, c: Tensor) -> MatMulProblem | None:
+        name = type(self).__name__
+        for label, t in (("a", a), ("b", b), ("c", c)):
+            self.check_operand(label, t)
+        self._check_ndim(a, b)
+        sa = (1, *a.shape) if a.ndim == 1 else tuple(a.shape)
+        sb = (*b.shape, 1) if b.ndim == 1 else tuple(b.shape)
+        (m, k), (kb, n) = sa[-2:], sb[-2:]
+        if k != kb:
+            raise ValueError(f"{name}: a has shape {list(a.shape)} and b has shape {list(b.shape)}: a has {k} "
+                             f"columns but b has {kb} rows")
+        try:
+            batch = tuple(np.broadcast_shapes(sa[:-2], sb[:-2]))
+        except ValueError:
+            raise ValueError(f"{name}: the batch dimensions of a {list(a.shape)} and b {list(b.shape)} do not "
+                             "broadcast") from None
+        want = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
+        if tuple(c.shape) != want:
+            raise ValueError(f"{name}: c has shape {list(c.shape)}, expected {list(want)} "
+                             f"(a {list(a.shape)} @ b {list(b.shape)})")
+        if c.size == 0:
+            return None
+        vec = vector_width(self.dtype)
+        aligned = ((a.ptr | b.ptr | c.ptr) & 15) == 0 and k % vec == 0 and n % vec == 0
+        return _plan_batch(self.dtype.name, batch, sa, sb, m, n, k, aligned)
+
+    def work(self, a: Tensor, b: Tensor, c: Tensor) -> tuple[float, float]:
+        k = a.shape[-1]
+        return 2.0 * c.size * k, float((a.size + b.size + c.size) * self.dtype.itemsize)
+
+
+def _plan_batch(dt: str, batch: tuple, sa: tuple, sb: tuple, m: int, n: int, k: int, aligned: bool) -> MatMulProblem:
+    """Split C's batch dims into outer (a launch each) and inner (one batched launch): inner is the longest
+    suffix where each operand runs along C's batch or is broadcast over all of it."""
+    da = (1,) * (len(batch) - len(sa[:-2])) + tuple(sa[:-2])
+    db = (1,) * (len(batch) - len(sb[:-2])) + tuple(sb[:-2])
+    split = len(batch)
+    while split > 0:
+        inner = batch[split - 1:]
+        if all(d[split - 1:] == inner or all(x == 1 for x in d[split - 1:]) for d in (da, db)):
+            split -= 1
+        else:
+            break
+    inner = batch[split:]
+    count = math.prod(inner)
+    full_a, full_b = da[split:] == inner and count > 1, db[split:] == inner and count > 1
+    g = gemm_plans.GemmProblem(dt, m, n, k, False, False, aligned, 1.0, 0.0, k, n, n, batch=count,
+                                 stride_a=m * k if full_a else 0, stride_b=k * n if full_b else 0,
+                                 stride_c=m * n if count > 1 else 0)
+    if split == 0:
+        return MatMulProblem(g)
+    steps = (_strides(da[:split], math.prod(da[split:]) * m * k), _strides(db[:split], math.prod(db[split:]) * k * n),
+             _strides(batch[:split], count * m * n))
+    outer = tuple(tuple(sum(i * s for i, s in zip(index, st)) for st in steps) for index in np.ndindex(*batch[:split]))
+    return MatMulProblem(g, outer)
+
+
+def _strides(dims: tuple, inner_size: int) -> list[int]:
+    """Element strides of broadcast dims `dims` over blocks of `inner_size` (0 where a dim is 1)."""
+    out, step = [], inner_size
+    for d in reversed(dims):
+        out.append(step if d > 1 else 0)
+        step *= d
+    return out[::-1]
+
+
+class BatchMatMul(MatMul):
+    """[b, m, k] @ [b, k, n] -> [b, m, n] in one launch; a batch of 1 on either side is broadcast."""
+
+    family = BATCH_FAMILY
+
+    def _check_ndim(self, a: Tensor, b: Tensor) -> None:
+        name = type(self).__name__
+        if a.ndim != 3 or b.ndim != 3:
+            raise ValueError(f"{name}: a has shape {list(a.shape)} and b has shape {list(b.shape)}: both must be "
+                             "3-D [batch, rows, columns] (MatMul takes other ranks)")
+
+
+class MatMulFloat(MatMul):
+    """float32 MatMul (cuOP `MatMulFloat`)."""
+    dtype = np.dtype(np.float32)
+
+
+class MatMulDouble(MatMul):
+    """float64 MatMul (cuOP `MatMulDouble`)."""
+    dtype = np.dtype(np.float64)
+
+
+class BatchMatMulFloat(BatchMatMul):
+    """float32 batched MatMul (cuOP `BatchMatMulFloat`)."""
+    dtype = np.dtype(np.float32)
+
+
+class BatchMatMulDouble(BatchMatMul):
+    """float64 batched MatMul (cuOP `BatchMatMulDouble`)."""
+    dtype = np.dtype(np.float64)

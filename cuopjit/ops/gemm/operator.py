@@ -1,0 +1,84 @@
+"""GemmFloat / GemmDouble: C = alpha * op(A) @ op(B) + beta * C, row-major, any M, N, K >= 0."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...tensor import Tensor
+from . import plans as gemm_plans
+from ..base import Operator, vector_width
+from ..params import ScaledProduct
+
+
+class Gemm(ScaledProduct, Operator):
+    """General matrix multiply. `set_weight(B)` fixes B; `forward(A, C)` writes C and returns it.
+
+    K = 0 gives C = beta * C (C = 0 when beta is 0); M or N = 0 launches nothing.
+    """
+
+    family = gemm_plans.FAMILY
+
+    def __init__(self, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0, beta: float = 0.0):
+        super().__init__()
+        self._trans_a, self._trans_b = bool(trans_a), bool(trans_b)
+        self._init_scales(alpha, beta)
+        self._settings_changed()
+
+    @property
+    def trans_a(self) -> bool:
+        return self._trans_a
+
+    @property
+    def trans_b(self) -> bool:
+        return self._trans_b
+
+    def set_weight(self, weight: Tensor) -> None:
+        """B, the right-hand matrix (N×K when trans_b, else K×N)."""
+        self._weight = self.check_operand("weight", weight, ndim=2)
+        self._settings_changed()
+
+    def _plan_settings(self) -> tuple:
+        """The transposes, alpha, beta and the weight's shape, device and alignment decide the plan."""
+        return self._trans_a, self._trans_b, self._alpha, self._beta, self._weight_key()
+
+    def bind(self, a: Tensor, c: Tensor) -> tuple:
+        return (a.plan_key, c.plan_key, self._state), (a.ptr, self._weight.ptr, c.ptr), c
+
+    def problem(self, a: Tensor, c: Tensor) -> gemm_plans.GemmProblem | None:
+        name = type(self).__name__
+        b = self._weight
+        if b is None:
+            raise ValueError(f"{name}: no weight: call set_weight(B) before forward")
+        self.check_operand("a", a, ndim=2)
+        self.check_operand("c", c, ndim=2)
+        self.check_operand("weight", b, ndim=2)
+        m, k = a.shape[::-1] if self._trans_a else a.shape
+        kb, n = b.shape[::-1] if self._trans_b else b.shape
+        if k != kb:
+            raise ValueError(f"{name}: a has shape {list(a.shape)} and weight has shape {list(b.shape)}: "
+                             f"op(a) has {k} columns but op(weight) has {kb} rows")
+        if tuple(c.shape) != (m, n):
+            raise ValueError(f"{name}: c has shape {list(c.shape)}, expected {[m, n]} "
+                             f"(a {list(a.shape)} @ weight {list(b.shape)})")
+        if m == 0 or n == 0:
+            return None
+        vec = vector_width(self.dtype)
+        lda, ldb, ldc = a.shape[1], b.shape[1], n
+        aligned = ((a.ptr | b.ptr | c.ptr) & 15) == 0 and lda % vec == 0 and ldb % vec == 0 and ldc % vec == 0
+        return gemm_plans.GemmProblem(self.dtype.name, m, n, k, self._trans_a, self._trans_b, aligned,
+                                        self._alpha, self._beta, lda, ldb, ldc)
+
+    def work(self, a: Tensor, c: Tensor) -> tuple[float, float]:
+        m, n = c.shape
+        k = a.shape[0] if self._trans_a else a.shape[1]
+        return 2.0 * m * n * k, float((a.size + self._weight.size + c.size * (2 if self._beta else 1))
+                                      * self.dtype.itemsize)
+
+
+class GemmFloat(Gemm):
+    """float32 GEMM (cuOP `GemmFloat`)."""
+    dtype = np.dtype(np.float32)
+
+
+class GemmDouble(Gemm):
+    """float64 GEMM (cuOP `GemmDouble`)."""
+    dtype = np.dtype(np.float64)

@@ -1,0 +1,271 @@
+"""The Hopper float32 GEMM on tensor cores (templates/gemm/gemm_wgmma.cu.jinja): wgmma TF32 or 3xTF32.
+
+Operands come in by TMA (tensor maps built on the device: the plan is fixed, the pointers are not)
+through a multi-stage mbarrier pipeline; a producer warpgroup feeds 1 or 2 consumer warpgroups;
+the grid is persistent (one block per SM; two with one consumer warpgroup) and walks its tiles in
+L2-friendly bands; `cluster` 2 pairs blocks in a thread-block cluster that share the Q tile (each loads
+half of it and multicasts it to both: L2 reads Q once per pair), a tuning candidate only: on the H100 it
+ran 0-2.4% slower than cluster 1 at 4096³, 8192³ and 4096²x1000, the same at 1000³ (NOTES.md "10 — wgmma
+clusters"). A batched problem (GemmProblem.batch > 1) is one launch: the tensor maps take the
+batch as a third dimension (a broadcast operand, stride 0, has extent 1 there) and the blocks walk
+the entries one after another.
+
+The wgmma product is D = P @ Q^T with Q K-major; `layout` casts the GEMM onto it:
+  A @ B^T (B stored N x K): P = A, Q = B, both K-major (P straight from shared memory);
+  A @ B   (B stored K x N): P = B^T through registers (MN-major), Q = A, D = C^T;
+  A^T @ B^T:                P = A^T through registers, Q = B.
+A^T @ B (both operands MN-major) has no K-major operand for Q: gemm_kernels keeps it on mma.sync.
+
+How JITConfig reaches this kernel: tile_size is the N of each wgmma instruction (16, 32, 64, 128;
+0 = the tile's width); the tile's width QN (up to 256) is the heuristic's, at least that, made of
+QN / N instructions side by side (a 64 x 32 tile would read 196 MB from L2 at 1000³, more than L2
+delivers in cuBLAS's time); block_size 256 runs one consumer warpgroup (64-row tiles, two blocks
+per SM), 0 two (128-row tiles);
+precision "3xtf32" first splits both operands into TF32 hi + lo parts, K-major (gemm_split.py), then
+runs three products per k-step on them (float32-grade error; every layout, A^T @ B included);
+enable_loop_unroll unrolls the TMA box loop (MN-major P) and the split kernel's loop (the k-step and
+epilogue loops index register arrays and are always unrolled); the other switches name SIMT/mma.sync code paths
+(coalescing, padding) that TMA and the swizzled layout replace.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ...build import pipeline
+from ...run.plan import KernelLaunch, Plan, i32, i64, ptr, scalar
+from ...target import Target
+from . import tf32x3 as gemm_split
+from ..base import cdiv
+
+TEMPLATE = "gemm/gemm_wgmma.cu.jinja"
+BK = 32
+WIDTHS = (256, 128, 64, 32, 16)      # tile widths (QN) and instruction N the kernel is built with
+AUTO = ((2, 256), (2, 128), (2, 64), (1, 128), (1, 64))   # (consumers, QN) the heuristic tries, largest tile first
+FILL = 0.9                           # a tile count "fills" the GPU from 90% of its SMs (1000³: 128 tiles of 128 x 64)
+SHORT_K = 256                        # K this short: one consumer, two blocks per SM (each hides the other's epilogue)
+MAX_STAGES = 6
+SPLIT_MAX = 128                      # widest 3xTF32 tile: a k-tile's sum and the running total in 128 registers
+SPLIT_SIDE = 200                     # 3xTF32 is routed here from M N >= SPLIT_SIDE (M + N): the split moves
+                                     # 12 (M + N) K bytes against 2 M N K flops (33 x 4097 x 1000: 0.56x SGEMM, SIMT 0.67x)
+CLUSTERS = (1, 2)                    # blocks per thread-block cluster (2: the Q tile multicast to a pair)
+MAP_BYTES = 256                      # two 128-byte tensor maps (P, Q) per block in the workspace; 3xTF32: two pairs
+UNITS = {False: "TF32 tensor cores (wgmma)", True: "TF32 tensor cores, 3 products (wgmma 3xTF32)"}
+
+
+class Warpgroups:
+    """The block of a wgmma kernel: one producer warpgroup and `consumers` consumer warpgroups of 64 rows each."""
+    consumers: int
+
+    @property
+    def pm(self) -> int:
+        return 64 * self.consumers
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + 1)
+
+
+@dataclass(frozen=True)
+class WgmmaChoice(Warpgroups):
+    """One build of the wgmma kernel: consumer warpgroups, tile width qn, stages, tile-order band, precision;
+    `ni`: the N of each wgmma instruction (0: qn, one instruction per k-step); `per_sm`: blocks per SM
+    (2 only with one consumer: two tiles in flight per SM); `cluster`: blocks per thread-block cluster (2: neighbouring
+    P-tiles share their Q tile through TMA multicast)."""
+    consumers: int
+    qn: int
+    stages: int
+    group: int = 8
+    split: bool = False
+    unroll: bool = True
+    opts: pipeline.CompileOpts = pipeline.DEFAULT_OPTS
+    per_sm: int = 1
+    ni: int = 0
+    cluster: int = 1
+
+    @property
+    def instr_n(self) -> int:
+        return self.ni or self.qn
+
+    @property
+    def label(self) -> str:
+        return (f"wgmma_t{self.pm}x{self.qn}x{BK}" + (f"_i64x{self.ni}x{BK}" if self.instr_n != self.qn else "")
+                + f"_s{self.stages}_g{self.group}" + ("_3xtf32" if self.split else "")
+                + (f"_b{self.per_sm}" if self.per_sm > 1 else "") + (f"_c{self.cluster}" if self.cluster > 1 else "")
+                + ("" if self.unroll else "_nounroll"))
+
+
+def layout(trans_a: bool, trans_b: bool) -> tuple[bool, bool] | None:
+    """(P is A, P is K-major) for this transpose pair, or None when no operand can be Q (A^T @ B)."""
+    if not trans_a and trans_b:
+        return True, True
+    if not trans_a and not trans_b:
+        return False, False
+    if trans_a and trans_b:
+        return True, False
+    return None
+
+
+def why_not(problem, target: Target, split: bool = False) -> str | None:
+    """Why this problem cannot run on the wgmma kernel (None: it can); `split`: as 3xTF32, whose operands are
+    prepared K-major, so every transpose layout runs."""
+    if problem.dtype != "float32":
+        return "wgmma TF32 is float32 only"
+    if target.capability != 90:
+        return f"wgmma needs an sm_90 GPU, not {target.arch}"
+    # 3xTF32 reads A and B through the split (any alignment) and writes C pair by pair only where aligned
+    if not problem.aligned and not split:
+        return "TMA needs 16-byte aligned operands and leading dimensions"
+    if problem.batch > 1 and not split and any(s % 4 for s in (problem.stride_a, problem.stride_b, problem.stride_c)):
+        return "TMA needs batch strides that are multiples of 16 bytes"
+    if problem.batch * cdiv(problem.m, 16) * cdiv(problem.n, 16) >= 2 ** 31:
+        return "more than 2^31 tiles"
+    if problem.k == 0:
+        return "K = 0 (C = beta * C) runs on the mma.sync kernel"
+    if split and problem.batch > 65535:
+        return "3xTF32 splits at most 65535 batch entries (one grid z each)"
+    if layout(problem.trans_a, problem.trans_b) is None and not split:
+        return "A^T @ B has no K-major operand for wgmma's B"
+    return None
+
+
+def narrow(problem) -> bool:
+    """A product too narrow for 3xTF32 to pay: splitting its operands costs more than the tensor cores save
+    over the exact SIMT kernel (gemm_kernels routes it there; a plan can still be built)."""
+    return problem.m * problem.n < SPLIT_SIDE * (problem.m + problem.n)
+
+
+def smem_bytes(consumers: int, qn: int, stages: int, split: bool) -> int:
+    """Dynamic shared memory: stages of (P, Q) k-tiles (3xTF32: hi and lo of each), barriers, maps, alignment."""
+    parts = 2 if split else 1
+    return stages * parts * (64 * consumers + qn) * BK * 4 + 16 * stages + 2 * parts * 128 + 128 + 1024
+
+
+def smem_limit(target: Target, per_sm: int) -> int:
+    """Shared memory one block may take when `per_sm` blocks share an SM (1 KB per block is the system's)."""
+    return target.smem_per_block if per_sm == 1 else target.smem_per_sm // per_sm - 1024
+
+
+def stages_for(consumers: int, qn: int, split: bool, target: Target, per_sm: int = 1) -> int:
+    """As many stages as fit in one block's shared memory (at most MAX_STAGES)."""
+    fit = [s for s in range(2, MAX_STAGES + 1) if smem_bytes(consumers, qn, s, split) <= smem_limit(target, per_sm)]
+    if not fit:
+        raise ValueError(f"GEMM wgmma tile {64 * consumers}x{qn} does not fit {target.arch}'s shared memory: "
+                         "choose a smaller tile_size")
+    return fit[-1]
+
+
+def tiles(problem, consumers: int, qn: int, split: bool = False, cluster: int = 1) -> int:
+    """Block tiles of the whole launch (every batch entry) with 64 * consumers x qn tiles; with `cluster` > 1,
+    cluster-sized runs of P-tiles (one Q-tile each)."""
+    p_is_a = split or layout(problem.trans_a, problem.trans_b)[0]
+    rows_p, rows_q = (problem.m, problem.n) if p_is_a else (problem.n, problem.m)
+    return cdiv(cdiv(rows_p, 64 * consumers), cluster) * cdiv(rows_q, qn) * problem.batch
+
+
+def units(problem, choice: WgmmaChoice) -> int:
+    """Work units of the persistent grid: cluster-sized runs of P-tiles (one Q-tile), over every batch entry."""
+    return tiles(problem, choice.consumers, choice.qn, choice.split, choice.cluster)
+
+
+def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
+    """tile_size / block_size as the config names them, or the heuristic's pick then the other candidates.
+
+    The pick: the widest tile whose count fills the SMs (FILL); for TF32 with K <= SHORT_K one-consumer
+    tiles first (100 x 256³: 39 us with 64 x 128 tiles two per SM, 41-42 us with 128 x 128 / 128 x 256)."""
+    if cfg.tile_size not in (0, *WIDTHS[1:]):
+        raise ValueError(f"GEMM tile_size={cfg.tile_size} is not allowed for the wgmma kernel: choose 0 (auto) or "
+                         f"one of {', '.join(map(str, WIDTHS[1:]))}")
+    if cfg.block_size not in (0, 256):
+        raise ValueError(f"GEMM block_size={cfg.block_size} cannot run the wgmma kernel (a producer warpgroup and "
+                         "1 or 2 consumer warpgroups): choose block_size 256 (one consumer) or 0 (two)")
+    consumers = 1 if cfg.block_size == 256 else 2
+    # tile_size is the instruction's N: the tile is at least that wide, as wide as the heuristic likes.
+    pairs = [(c, q) for c, q in AUTO if (not cfg.block_size or c == consumers) and q >= cfg.tile_size]
+    if not pairs:
+        pairs = [(consumers, cfg.tile_size or 64)]
+    if split:   # a k-tile's sum and the running total fit up to 128 wide, the widest tiles first
+        pairs = sorted(dict.fromkeys((c, min(q, SPLIT_MAX)) for c, q in pairs), key=lambda p: -p[1])
+    pairs = list(dict.fromkeys(pairs))
+    if problem.k <= SHORT_K and not split:
+        pairs.sort(key=lambda p: p[0] != 1)
+    first = next((p for p in pairs if tiles(problem, *p, split) >= FILL * target.sm_count), pairs[-1])
+    switches = {"split": split, "unroll": cfg.enable_loop_unroll, "opts": pipeline.compile_opts(cfg),
+                "ni": cfg.tile_size if cfg.tile_size < first[1] else 0}
+    found = [build(*first, target, **switches)]
+    if not cfg.tile_size and not cfg.block_size:
+        found += [build(c, q, target, **switches) for c, q in pairs if (c, q) != first]
+    head = found[0]
+    if head.per_sm == 2:    # one block per SM is a tuning candidate too
+        found.append(dataclasses.replace(head, per_sm=1, stages=stages_for(head.consumers, head.qn, split, target)))
+    if target.clusters:     # the Q tile multicast over a pair of blocks: a candidate, never the pick (measured no gain)
+        found.append(dataclasses.replace(head, cluster=2))
+    return found
+
+
+def build(consumers: int, qn: int, target: Target, split: bool, **switches) -> WgmmaChoice:
+    """The heuristic's build of a (consumers, qn) tile: two blocks per SM with one TF32 consumer up to 128 wide
+    (the whole kernel then fits the 128-register cap of two 256-thread blocks), as many stages as fit."""
+    per_sm = 2 if consumers == 1 and qn <= 128 and not split else 1
+    return WgmmaChoice(consumers, qn, stages_for(consumers, qn, split, target, per_sm), split=split, per_sm=per_sm,
+                       **switches)
+
+
+def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
+    """One persistent launch over A, B, C and a workspace of one pair of tensor maps per block; 3xTF32 first
+    splits A and B into the workspace (two launches) and the wgmma kernel reads the parts from there."""
+    reason = why_not(problem, target, choice.split)
+    if reason:
+        raise ValueError(f"GEMM cannot run on the wgmma kernel: {reason}")
+    if choice.split and choice.qn > SPLIT_MAX:
+        raise ValueError(f"GEMM 3xTF32 wgmma tiles are at most {SPLIT_MAX} wide (a k-tile's sum and the running "
+                         f"total in registers), not {choice.qn}: choose tile_size {SPLIT_MAX} or less")
+    p_is_a, p_kmajor = (True, True) if choice.split else layout(problem.trans_a, problem.trans_b)
+    if choice.instr_n not in WIDTHS or choice.qn % choice.instr_n:
+        raise ValueError(f"GEMM wgmma ni={choice.ni}: each instruction's N must be one of {WIDTHS} and divide the "
+                         f"tile width {choice.qn}: choose tile_size {choice.qn} or a smaller power of two")
+    if choice.per_sm not in (1, 2) or choice.per_sm == 2 and (choice.consumers != 1 or choice.split or choice.qn > 128):
+        raise ValueError(f"GEMM wgmma per_sm={choice.per_sm}: two blocks per SM need one consumer warpgroup, "
+                         "TF32 and a tile at most 128 wide (128 registers per thread): use per_sm=1")
+    if choice.cluster not in CLUSTERS or choice.group % choice.cluster or (choice.qn // choice.cluster) % 8:
+        raise ValueError(f"GEMM wgmma cluster={choice.cluster} group={choice.group} qn={choice.qn}: a cluster is one of "
+                         f"{CLUSTERS} blocks, dividing the tile-order band and splitting the tile width into parts of "
+                         "whole 8-row groups: use cluster=1")
+    if choice.cluster > 1 and not target.clusters:
+        raise ValueError(f"GEMM wgmma cluster={choice.cluster}: {target.arch} has no thread-block clusters: use cluster=1")
+    regs = {(2, 1): 232, (1, 1): 240, (1, 2): 216}[choice.consumers, choice.per_sm]
+    # float2 stores of C: only 3xTF32 takes unaligned C or odd batch strides (TF32 refuses them in why_not)
+    pairs = problem.aligned and (problem.batch == 1 or problem.stride_c % 4 == 0)
+    params = {
+        "scalar_t": "float", "unroll": choice.unroll, "PM": choice.pm, "QN": choice.qn, "STAGES": choice.stages,
+        "CONSUMERS": choice.consumers, "GROUP": choice.group, "SPLIT": choice.split, "P_IS_A": p_is_a,
+        "NI": choice.instr_n, "P_KMAJOR": p_kmajor, "P_REGS": not p_kmajor,
+        "MIN_BLOCKS": choice.per_sm, "SETMAXNREG": True, "CONSUMER_REGS": regs, "BATCHED": problem.batch > 1,
+        "C_PAIRS": pairs, "CLUSTER": choice.cluster,
+    }
+    # 3xTF32 multiplies the K-major parts (P = A, Q = B^T) whatever the layout the operands are stored in
+    ops = "nt" if choice.split else ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
+    name = (f"gemm_f32_{choice.label}_{ops}" + ("" if pairs else "_unaligned")
+            + ("_batched" if problem.batch > 1 else ""))
+    spec = pipeline.make_spec(TEMPLATE, "gemm_wgmma", name, params, choice.opts, arch_specific=True)
+    grid = choice.cluster * min(units(problem, choice), target.sm_count * choice.per_sm // choice.cluster)
+    maps = grid * MAP_BYTES * (2 if choice.split else 1)
+    scalars = (scalar("float32", problem.alpha), scalar("float32", problem.beta))
+    cl = (choice.cluster, 1, 1)
+    shared = smem_bytes(choice.consumers, choice.qn, choice.stages, choice.split)
+    if not choice.split:
+        args = (ptr(0), ptr(1), ptr(2), ptr(3), i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
+                i32(problem.ldb), i32(problem.ldc), *scalars)
+        if problem.batch > 1:
+            args += (i64(problem.stride_a), i64(problem.stride_b), i64(problem.stride_c), i32(problem.batch))
+        launch = KernelLaunch(spec, (grid,), (choice.threads,), args, shared=shared, cluster=cl, units=UNITS[False])
+        return Plan((launch,), ("a", "b", "c"), workspace=maps, choice=choice.label)
+    lay = gemm_split.SplitLayout.of(problem, maps)
+    args = (ptr(3, lay.p_hi), ptr(3, lay.q_hi), ptr(2), ptr(3), i32(problem.m), i32(problem.n), i32(problem.k),
+            i32(lay.ld), i32(lay.ld), i32(problem.ldc), *scalars)
+    if problem.batch > 1:
+        args += (i64(lay.stride_p), i64(lay.stride_q), i64(problem.stride_c), i32(problem.batch))
+    args += (i64(lay.lo_p), i64(lay.lo_q))
+    prep = gemm_split.launches(problem, lay, choice.unroll, choice.opts, 3)
+    launch = KernelLaunch(spec, (grid,), (choice.threads,), args, shared=shared, cluster=cl, units=UNITS[True])
+    return Plan((*prep, launch), ("a", "b", "c"), workspace=lay.end, choice=choice.label)

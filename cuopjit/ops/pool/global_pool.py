@@ -1,0 +1,159 @@
+"""Global pools: GlobalMaxPool2D and GlobalAveragePool2D over NCHW (the family `global_pool`, ops "max" and "avg").
+
+Each H x W plane reduces to one value; the output may be N x C or N x C x 1 x 1. The JITConfig
+fields' effects are in `common`'s docstring.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...build import pipeline
+from ...config import ConfigSnapshot
+from ...run.plan import Family, KernelLaunch, Plan, i64, ptr
+from ...target import Target
+from ...tensor import Tensor
+from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width
+from .common import GLOBAL_MAX_ITEMS, GLOBAL_THREADS, TEMPLATE, check_tile_size, units
+
+
+# --- global pools --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GlobalProblem:
+    """Reduce `rows` planes of hw scalars each; `aligned`: x 16-byte aligned."""
+    op: str
+    dtype: str
+    rows: int
+    hw: int
+    aligned: bool
+
+
+@dataclass(frozen=True)
+class GlobalChoice:
+    """Threads per block, threads per plane, loads in flight per thread, scalars per load."""
+    threads: int
+    tpr: int
+    items: int
+    vg: int
+    opts: pipeline.CompileOpts = pipeline.DEFAULT_OPTS
+
+    @property
+    def label(self) -> str:
+        return f"t{self.tpr}_v{self.vg}i{self.items}_b{self.threads}"
+
+
+def global_choices(problem: GlobalProblem, cfg: ConfigSnapshot, target: Target) -> list[GlobalChoice]:
+    """The one kernel shape `cfg` names (tile_size 0: global_geometry's; else about two steps of tile_size
+    elements per thread, threads per plane up to 512)."""
+    check_tile_size(cfg)
+    vec = vector_width(np.dtype(problem.dtype))
+    simple = cfg.kernel_type == "simple"
+    vg = vec if (not simple and cfg.enable_memory_coalescing and problem.aligned and problem.hw % vec == 0) else 1
+    nv = problem.hw // vg
+    if simple:
+        tpr, items = _pow2_at_most(min(cdiv(nv, 2), 512)), 1
+    elif cfg.tile_size:
+        items = max(1, cfg.tile_size // vg)
+        tpr = _pow2_at_most(min(cdiv(nv, 2 * items), 512))
+    else:
+        tpr, items = global_geometry(problem.rows, nv, target)
+    threads = max(cfg.block_size or GLOBAL_THREADS, tpr)
+    return [GlobalChoice(threads, tpr, items, vg, pipeline.compile_opts(cfg))]
+
+
+def _pow2_at_most(n: int) -> int:
+    return 1 << max(0, int(n).bit_length() - 1)
+
+
+def global_geometry(rows: int, nv: int, target: Target) -> tuple[int, int]:
+    """(threads per plane, loads per thread per step) for `rows` planes of nv vectors: as many threads
+    per plane (32 .. 512, at most the plane) as one wave of 1024 threads per SM holds, then the
+    loads per step (at most GLOBAL_MAX_ITEMS) spread evenly over the fewest steps."""
+    cap = min(512, _pow2_at_most(nv))
+    tpr = min(32, cap)
+    while tpr * 2 <= cap and rows * tpr * 2 <= target.sm_count * 1024:
+        tpr *= 2
+    steps = cdiv(nv, tpr * GLOBAL_MAX_ITEMS)
+    return tpr, cdiv(nv, tpr * steps)
+
+
+def global_plan(problem: GlobalProblem, choice: GlobalChoice, target: Target) -> Plan:
+    """One launch, threads // tpr planes per block: x = operand 0, y = operand 1."""
+    dtype = np.dtype(problem.dtype)
+    params = {"scalar_t": scalar_t(dtype), "unroll": True, "op": problem.op, "kernel": "global_pool",
+              "THREADS": choice.threads, "VEC": vector_width(dtype), "TPR": choice.tpr, "ITEMS": choice.items,
+              "VEC_G": choice.vg}
+    name = f"global{problem.op}pool_{dtype_tag(dtype)}_{choice.label}"
+    spec = pipeline.make_spec(TEMPLATE, "global_pool", name, params, choice.opts)
+    grid = min(cdiv(problem.rows, choice.threads // choice.tpr), 2 ** 31 - 1)
+    launch = KernelLaunch(spec, (grid,), (choice.threads,), (ptr(0), ptr(1), i64(problem.rows), i64(problem.hw)),
+                          units=units(problem.dtype))
+    return Plan((launch,), ("x", "y"), choice=choice.label)
+
+
+def global_problems(op: str) -> list[GlobalProblem]:
+    """56 x 56 aligned planes, 7 x 7 unaligned ones and 1 x 1 planes, both dtypes."""
+    return [GlobalProblem(op, dt, 32 * 64, hw, aligned) for dt in ("float32", "float64")
+            for hw, aligned in ((56 * 56, True), (7 * 7, False), (1, False))]
+
+
+def global_family(op: str) -> Family:
+    """The global-pool family for op "max" or "avg"."""
+    return Family(f"global{op}pool2d", global_choices, global_plan, lambda: global_problems(op))
+
+
+# --- operators -----------------------------------------------------------------------------------
+
+
+class GlobalPool2D(Operator):
+    """Reduce each H x W plane of an NCHW tensor to one value: `forward(x, y)`, y N x C or N x C x 1 x 1."""
+
+    op = "max"
+    family = global_family("max")
+
+    def bind(self, x: Tensor, y: Tensor) -> tuple:
+        return (x.plan_key, y.plan_key), (x.ptr, y.ptr), y
+
+    def problem(self, x: Tensor, y: Tensor) -> GlobalProblem | None:
+        self.check_operand("x", x, ndim=4)
+        self.check_operand("y", y)
+        n, c, h, w = x.shape
+        if tuple(y.shape) not in ((n, c), (n, c, 1, 1)):
+            raise ValueError(f"{type(self).__name__}: y has shape {list(y.shape)}, expected {[n, c]} or "
+                             f"{[n, c, 1, 1]} (x of shape {list(x.shape)})")
+        if y.size == 0:
+            return None
+        if h * w == 0:
+            raise ValueError(f"{type(self).__name__}: x of shape {list(x.shape)} has empty planes: nothing to pool")
+        return GlobalProblem(self.op, self.dtype.name, n * c, h * w, (x.ptr & 15) == 0)
+
+    def work(self, x: Tensor, y: Tensor, *args: Any, **kwargs: Any) -> tuple[float, float]:
+        return float(x.size), float((x.size + y.size) * self.dtype.itemsize)
+
+
+class GlobalAveragePool2D(GlobalPool2D):
+    """Global average pooling."""
+    op = "avg"
+    family = global_family("avg")
+
+
+class GlobalMaxPool2DFloat(GlobalPool2D):
+    """float32 global max pooling (cuOP `GlobalMaxPool2DFloat`)."""
+    dtype = np.dtype(np.float32)
+
+
+class GlobalMaxPool2DDouble(GlobalPool2D):
+    """float64 global max pooling (cuOP `GlobalMaxPool2DDouble`)."""
+    dtype = np.dtype(np.float64)
+
+
+class GlobalAveragePool2DFloat(GlobalAveragePool2D):
+    """float32 global average pooling (cuOP `GlobalAveragePool2DFloat`)."""
+    dtype = np.dtype(np.float32)
+
+
+class GlobalAveragePool2DDouble(GlobalAveragePool2D):
+    """float64 global average pooling (cuOP `GlobalAveragePool2DDouble`)."""
+    dtype = np.dtype(np.float64)

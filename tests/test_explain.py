@@ -184,7 +184,7 @@ def test_debug_checks_each_launch_and_names_the_one_that_failed(monkeypatch):
                              launches=[launch("dot_partial_x"), launch("dot_final_x")])
     run = executor.checked(lambda p, s: None, runner, "JITDotFloat(DotFloat)")
     with pytest.raises(cuopjit.ExecutionError, match=r"^JITDotFloat\(DotFloat\) failed on device 0 in kernel "
-                                                     r"dot_final_x \(template dot.cu.jinja, plan b256\): "
+                                                     r"dot_final_x \(template blas1/dot.cu.jinja, plan b256\): "
                                                      r"CUDA_ERROR_ILLEGAL_ADDRESS"):
         run((1, 2, 3), 5)
     assert launched == [("dot_partial_x", (1, 2, 3), 5), ("dot_final_x", (1, 2, 3), 5)]

@@ -6,6 +6,7 @@ import datetime
 import errno
 import json
 import logging
+import importlib
 import os
 
 import pytest
@@ -442,16 +443,16 @@ def test_member_size_limits(tmp_path, monkeypatch):
 # --- where templates are found; paths under a file; one warning per unusable directory ------------------------
 def test_templates_dir_inside_a_wheel_beside_a_source_tree_or_nowhere(tmp_path, monkeypatch):
     wheel = tmp_path / "wheel" / "cuopjit"
-    (wheel / "templates").mkdir(parents=True)
+    (wheel / "templates" / "common").mkdir(parents=True)
     (wheel / "templates" / "common/common.cuh.jinja").write_text("")
-    monkeypatch.setattr(codegen, "__file__", str(wheel / "codegen.py"))
+    monkeypatch.setattr(codegen, "__file__", str(wheel / "build" / "codegen.py"))
     assert codegen.templates_dir() == wheel / "templates"
     tree = tmp_path / "tree"
-    (tree / "templates").mkdir(parents=True)
+    (tree / "templates" / "common").mkdir(parents=True)
     (tree / "templates" / "common/common.cuh.jinja").write_text("")
-    monkeypatch.setattr(codegen, "__file__", str(tree / "cuopjit" / "codegen.py"))
+    monkeypatch.setattr(codegen, "__file__", str(tree / "cuopjit" / "build" / "codegen.py"))
     assert codegen.templates_dir() == tree / "templates"
-    monkeypatch.setattr(codegen, "__file__", str(tmp_path / "none" / "codegen.py"))
+    monkeypatch.setattr(codegen, "__file__", str(tmp_path / "none" / "build" / "codegen.py"))
     with pytest.raises(FileNotFoundError, match=f"^cuopjit templates not found under {tmp_path / 'none'}: "
                                                 "reinstall cuopjit$"):
         codegen.templates_dir()
@@ -485,7 +486,8 @@ def test_each_unusable_directory_is_warned_about_once(tmp_path, caplog):
 
 # --- the command line's own parsing ----------------------------------------------------------------------------
 def test_config_flags_map_to_jit_config_fields():
-    from cuopjit.cli import args as cli_args, main as cli
+    from cuopjit.cli import args as cli_args
+    cli = importlib.import_module("cuopjit.cli.main")   # the module: cuopjit.cli.main is the function
     parser = cli.build_parser()
     cfg = cli_args.config_from(parser.parse_args(["show", "relu"]))
     assert (cfg.enable_loop_unroll, cfg.enable_memory_coalescing, cfg.enable_shared_memory_opt,
@@ -500,7 +502,8 @@ def test_config_flags_map_to_jit_config_fields():
 
 
 def test_op_and_dtype_selection(capsys):
-    from cuopjit.cli import args as cli_args, main as cli
+    from cuopjit.cli import args as cli_args
+    cli = importlib.import_module("cuopjit.cli.main")   # the module: cuopjit.cli.main is the function
     ns = cli.build_parser().parse_args(["prewarm", "--op", "relu,gemm"])
     assert cli_args.selection(ns) == (["relu", "gemm"], ["float32", "float64"])
     rc, _, err = _cli(capsys, "prewarm", "--arch", "sm_80", "--dtype", "float16")
@@ -508,7 +511,8 @@ def test_op_and_dtype_selection(capsys):
 
 
 def test_architectures_from_the_environment_are_named_as_such(monkeypatch):
-    from cuopjit.cli import args as cli_args, main as cli
+    from cuopjit.cli import args as cli_args
+    cli = importlib.import_module("cuopjit.cli.main")   # the module: cuopjit.cli.main is the function
     from cuopjit.build import compiler
     monkeypatch.setenv("CUOPJIT_ARCH", "sm_75")
     known = ", ".join(compiler.supported_archs())
@@ -522,7 +526,8 @@ def test_architectures_from_the_environment_are_named_as_such(monkeypatch):
 
 
 def test_architecture_errors_say_what_to_write(monkeypatch):
-    from cuopjit.cli import args as cli_args, main as cli
+    from cuopjit.cli import args as cli_args
+    cli = importlib.import_module("cuopjit.cli.main")   # the module: cuopjit.cli.main is the function
     from cuopjit.build import compiler
     monkeypatch.setenv("CUOPJIT_ARCH", "bogus!")
     with pytest.raises(ValueError, match=r"^CUOPJIT_ARCH='bogus!' is not understood: write one architecture or a "

@@ -18,6 +18,8 @@ from .gemm.matmul import BatchMatMulDouble, BatchMatMulFloat, MatMulDouble, MatM
 from .gemm.symm import SymmDouble, SymmFloat
 from .gemm.trsm import TrsmDouble, TrsmFloat
 from .conv2d.operator import Convolution2DDouble, Convolution2DFloat
+from .elementwise.custom import ElementwiseDouble, ElementwiseFloat
+from .batchnorm_fold import fold_batchnorm
 
 FAMILIES: dict[str, tuple[type[Operator], type[Operator]]] = {
     "gemm": (GemmFloat, GemmDouble),
@@ -41,6 +43,7 @@ FAMILIES: dict[str, tuple[type[Operator], type[Operator]]] = {
     "symm": (SymmFloat, SymmDouble),
     "trsm": (TrsmFloat, TrsmDouble),
     "conv2d": (Convolution2DFloat, Convolution2DDouble),
+    "elementwise": (ElementwiseFloat, ElementwiseDouble),
 }
 
 __all__ = ["FAMILIES", "Operator", "GemmFloat", "GemmDouble",
@@ -51,4 +54,4 @@ __all__ = ["FAMILIES", "Operator", "GemmFloat", "GemmDouble",
            "AveragePool2DDouble", "GlobalMaxPool2DFloat", "GlobalMaxPool2DDouble", "GlobalAveragePool2DFloat",
            "GlobalAveragePool2DDouble", "FlattenFloat", "FlattenDouble", "ViewFloat", "ViewDouble",
            "SoftmaxFloat", "SoftmaxDouble", "LayerNormFloat", "LayerNormDouble", "BatchNormFloat", "BatchNormDouble",
-           "Convolution2DFloat", "Convolution2DDouble"]
+           "Convolution2DFloat", "Convolution2DDouble", "ElementwiseFloat", "ElementwiseDouble", "fold_batchnorm"]

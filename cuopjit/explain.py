@@ -22,6 +22,7 @@ from .ops.base import Operator
 from .run.plan import KernelLaunch, Plan, main_units
 from .profile import benchmark, device_ceilings, unit_kind
 from .jit import JITWrapper
+from .listing import target_for
 from .recipes import SHAPES, build, fake_maker, gpu_maker
 from .ops import FAMILIES
 from .prewarm import check_ops
@@ -164,12 +165,6 @@ def _unwrap(op: Any) -> tuple[Operator, RunSettings]:
     return op, DEFAULT
 
 
-def _target(arch: str | None) -> tuple[targets.Target, bool]:
-    """(the target, whether it is the live device): --arch names one; else the GPU's, else sm_90's datasheet."""
-    live = arch is None and driver.device_count() > 0
-    return (targets.of_device(driver.current_ordinal()) if live else targets.named(arch or "sm_90")), live
-
-
 def _report(name: str, family: Any, problem: Any, settings: RunSettings, t: targets.Target, live: bool,
             plan: Plan | None = None) -> Explanation:
     """The explanation of `problem` under `settings` on `t` (plan: the one forward chose, else the first choice)."""
@@ -187,7 +182,7 @@ def explain(op: Any, *args: Any, arch: str | None = None, measure: bool = True, 
     on the live GPU (no `arch`), its measured time against the roofline. Arguments are checked as forward does."""
     operator, settings = _unwrap(op)
     problem = operator.problem(*args, **kwargs)
-    t, live = _target(arch)
+    t, live = target_for(arch)
     name = type(operator).__name__
     if problem is None:
         return Explanation(name, operator.family.name, operator.dtype.name, t.arch, t.name, {}, "", "heuristic",
@@ -207,7 +202,7 @@ def explain_family(op: str, dtype: str = "float32", shape: tuple[int, ...] | Non
     """`cuopjit explain OP`: a forward of family `op` on `shape` (recipes.SHAPES), else (a family with
     no shape recipe) its first representative problem of `dtype`, planned but not timed."""
     check_ops([op])
-    t, live = _target(arch)
+    t, live = target_for(arch)
     if op in SHAPES:
         operator, args, kwargs = build(op, dtype, shape, gpu_maker(dtype) if live else fake_maker(dtype))
         wrapped = JITWrapper(operator)

@@ -5,11 +5,11 @@ problems under a config, exactly as `forward` would plan them on a GPU of that t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Sequence
 
 from .config import ConfigSnapshot, JITConfig
-from .build.pipeline import KernelSpec
+from .build.pipeline import KernelSpec, compile_arch
 from .ops import FAMILIES
 from .run.plan import Plan
 from .target import Target, named
@@ -53,6 +53,16 @@ def representative_plans(ops: Iterable[str] | None = None, dtypes: Sequence[str]
     return out
 
 
+def module_key(spec: KernelSpec, arch: str) -> tuple[KernelSpec, str]:
+    """What one compile builds: the module of `spec` (all its entry points: dot's partial and final sums are
+    one cubin) for the NVRTC target of `arch` (an sm_90a-only kernel is one cubin for sm_90 and sm_90a)."""
+    return replace(spec, kernel=""), compile_arch(spec, arch)
+
+
 def kernels_to_build(planned: Iterable[PlannedProblem]) -> list[tuple[KernelSpec, str]]:
-    """The distinct (kernel, architecture) pairs of these plans, in first-use order."""
-    return list(dict.fromkeys((spec, p.target.arch) for p in planned for spec in p.plan.specs))
+    """One (kernel, architecture) pair per cubin these plans need, in first-use order: each is built once."""
+    first: dict[tuple[KernelSpec, str], tuple[KernelSpec, str]] = {}
+    for p in planned:
+        for spec in p.plan.specs:
+            first.setdefault(module_key(spec, p.target.arch), (spec, p.target.arch))
+    return list(first.values())

@@ -57,7 +57,7 @@ def test_stats_json_from_another_process_sees_this_process_counts(cache_dir):
     cache.layer.entry_path(make_spec(1)).write_bytes(b"junk")
     KernelCache(cache_dir).get_or_build(make_spec(1), lambda: fake_cubin(make_spec(1)))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "cuopjit.cli", "cache", "stats", "--json", "--cache-dir",
+    proc = subprocess.run([sys.executable, "-m", "cuopjit", "cache", "stats", "--json", "--cache-dir",
                            str(cache_dir)], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     s = json.loads(proc.stdout)
@@ -193,7 +193,8 @@ def test_a_cache_path_that_is_a_file_is_an_error_not_an_empty_cache(sub, tmp_pat
              "import": [str(tmp_path / "b.tar.gz")]}.get(sub, [])
     rc, out, err = _cli(capsys, "cache", sub, *extra, "--cache-dir", str(path))
     assert (rc, out) == (1, "")
-    assert err.startswith(f"cuopjit cache: error: cannot use the cache: {path} is a file, not a directory; ")
+    assert err == (f"cuopjit cache: error: cannot use the cache: {path} is a file, not a directory; point "
+                   "CUOPJIT_CACHE_DIR (or --cache-dir) at a directory, not a file (or move the file out of the way)\n")
 
 
 def test_clear_on_a_fresh_machine_succeeds_and_creates_nothing(tmp_path, capsys):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -15,11 +16,12 @@ def cuopjit(*args: str, cache_dir=None, env=None) -> subprocess.CompletedProcess
     env = {"PATH": "/usr/bin:/bin", **(env or {})}
     if cache_dir is not None:
         env["CUOPJIT_CACHE_DIR"] = str(cache_dir)
-    return subprocess.run([sys.executable, "-m", "cuopjit.cli", *args], capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-m", "cuopjit", *args], capture_output=True, text=True, env=env)
 
 
 def test_prewarm_twice_compiles_once(cache_dir):
-    first = cuopjit("prewarm", "--arch", "sm_80,sm_90", "--op", "gemm", "--dtype", "float32", cache_dir=cache_dir)
+    first = cuopjit("prewarm", "--arch", "sm_80,sm_90", "--op", "gemm", "--dtype", "float32", "--verbose",
+                    cache_dir=cache_dir)
     assert first.returncode == 0, first.stderr
     m = re.search(r"prewarmed (\d+) kernels for sm_80, sm_90 in [\d.]+ s: (\d+) compiled, 0 already cached",
                   first.stdout)
@@ -50,8 +52,8 @@ def test_bad_input_exits_non_zero_with_one_line(args, message):
     assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
-def test_info_without_gpu():
-    out = cuopjit("info")
+def test_info_without_gpu(tmp_path):
+    out = cuopjit("info", cache_dir=tmp_path / "fresh")
     assert out.returncode == 0, out.stderr
     assert re.search(r"nvrtc: \d+\.\d+", out.stdout) and "cache_dir" in out.stdout
 
@@ -142,7 +144,7 @@ def test_prewarm_bundle_holds_only_what_this_prewarm_built_or_needed(cache_dir, 
 
 @pytest.mark.parametrize("bundle, message", [
     ("missing/k.tar.gz", "the directory {tmp}/missing does not exist; create it first"),
-    ("", "it is a directory; name a file such as pipeline.tar.gz"),
+    ("", "it is a directory; name a file such as kernels.tar.gz"),
 ], ids=["missing-directory", "a-directory"])
 def test_prewarm_bundle_path_is_checked_before_compiling(cache_dir, tmp_path, bundle, message):
     target = tmp_path / bundle
@@ -161,7 +163,7 @@ def test_jobs_must_be_positive(cache_dir):
 
 def test_ctrl_c_exits_130_with_one_line(cache_dir):
     env = {"PATH": "/usr/bin:/bin", "CUOPJIT_CACHE_DIR": str(cache_dir)}
-    proc = subprocess.Popen([sys.executable, "-m", "cuopjit", "prewarm", "--arch", "sm_90", "--jobs", "1"],
+    proc = subprocess.Popen([sys.executable, "-m", "cuopjit", "prewarm", "--arch", "sm_90", "--jobs", "1", "--verbose"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stdout.readline().startswith("[1/")
     proc.send_signal(signal.SIGINT)
@@ -252,3 +254,136 @@ def test_error_lines_name_the_file_and_keep_a_compile_log_whole():
     assert _reason(ValueError("  ")) == "ValueError"
     assert _reason(CompileError("NVRTC could not compile k:\nerror: boom\nconfig: x")) == \
         "NVRTC could not compile k:\nerror: boom\nconfig: x"
+
+
+# --- what a new user meets (issue 28) ----------------------------------------------------------------------
+def test_a_fresh_cache_counts_each_kernel_once(cache_dir):
+    """dot's partial and final sums are two entry points of one cubin: built and counted once, none 'cached'."""
+    out = cuopjit("prewarm", "--arch", "sm_80", "--op", "dot", "--dtype", "float32", "--quiet", cache_dir=cache_dir)
+    n, _ = _prewarmed(out.stdout)
+    assert out.returncode == 0 and f": {n} compiled, 0 already cached; {n} stored" in out.stdout, out.stdout
+    assert len(list((cache_dir / "kernels").iterdir())) == n
+
+
+def test_kernels_to_build_holds_each_cubin_once():
+    from cuopjit.build import pipeline
+    from cuopjit.prewarm import kernels_to_build, representative_plans
+    pairs = kernels_to_build(representative_plans(["dot", "gemm", "symm"], None, ["sm_80", "sm_90", "sm_90a"]))
+    keys = [pipeline.entry_spec(spec, arch).key for spec, arch in pairs]
+    assert len(keys) == len(set(keys))
+    planned = representative_plans(["dot"], ["float64"], ["sm_90"])
+    assert all(len(p.plan.launches) == 2 for p in planned)
+    assert len(kernels_to_build(planned)) == len({p.plan.launches[0].spec.name for p in planned})
+
+
+def test_prewarm_off_a_terminal_prints_a_few_plain_lines_then_the_summary(cache_dir):
+    out = cuopjit("prewarm", "--arch", "sm_80,sm_90", "--op", "relu,scal,copy,softmax", "--dtype", "float32",
+                  cache_dir=cache_dir)
+    n, _ = _prewarmed(out.stdout)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and n > 10 and 2 <= len(lines) <= 11 and "\r" not in out.stdout, out.stdout
+    assert all(re.fullmatch(r"\[[#.]{24}\] \d+/%d kernels \(\d+ compiled\)" % n, line) for line in lines[:-1])
+    assert lines[-2] == f"[{'#' * 24}] {n}/{n} kernels ({n} compiled)" and lines[-1].startswith("prewarmed ")
+
+
+def test_prewarm_on_a_terminal_redraws_one_line(cache_dir, capsys, monkeypatch):
+    import io
+    from cuopjit.cli.main import main
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["prewarm", "--arch", "sm_80", "--op", "relu,scal", "--dtype", "float32"]) == 0
+    text = terminal.getvalue()
+    bar, summary, end = text.split("\n")
+    n, _ = _prewarmed(summary)
+    assert end == "" and text.count("\r") == n + 1, repr(text)
+    assert bar.rstrip().endswith(f"] {n}/{n} kernels ({n} compiled)"), repr(text)
+    assert all(len(line) <= 79 for line in bar.split("\r")[1:])   # never as wide as the terminal (80 here)
+
+
+def test_quiet_and_verbose_contradict(cache_dir):
+    out = cuopjit("prewarm", "--arch", "sm_80", "--quiet", "--verbose", cache_dir=cache_dir)
+    assert (out.returncode, out.stderr) == (2, "cuopjit prewarm: error: --quiet and --verbose contradict each "
+                                                "other: give one\n")
+
+
+@pytest.mark.parametrize("spelling, meant", [("90", "sm_90"), ("SM_90", "sm_90"), ("compute_90", "sm_90"),
+                                             ("sm90", "sm_90"), ("90a", "sm_90a"), ("8.0", "sm_80")])
+def test_architecture_spellings_get_a_did_you_mean(spelling, meant, cache_dir):
+    out = cuopjit("prewarm", "--arch", spelling, "--op", "relu", cache_dir=cache_dir)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == f"cuopjit prewarm: error: --arch {spelling} is not an architecture name: did you mean " \
+                         f"{meant}?\n"
+    out = cuopjit("prewarm", "--op", "relu", cache_dir=cache_dir, env={"CUOPJIT_ARCH": f"sm_80,{spelling}"})
+    assert out.returncode == 2 and out.stderr == f"cuopjit prewarm: error: CUOPJIT_ARCH {spelling} is not an " \
+                                                 f"architecture name: did you mean {meant}?\n"
+    out = cuopjit("show", "relu", "--arch", spelling)
+    assert out.returncode == 2 and f"did you mean {meant}?" in out.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("tune", "conv2d", "--shape", "1,1,1"), "'conv2d' cannot be tuned from the command line: choose gemm"),
+    (("bench",), "benchmarks time kernels on an NVIDIA GPU and none was found"),
+    (("explain", "gemm", "--shape", "1,2"), "gemm: --shape takes M,N,K, got 1,2"),
+])
+def test_every_error_has_the_command_prefix_once(args, message):
+    import cuopjit as package
+    if args[0] == "bench" and package.get_device_count():
+        pytest.skip("this machine has a GPU")
+    out = cuopjit(*args)
+    assert out.stderr == f"cuopjit {args[0]}: error: {message}\n"
+
+
+def test_a_prefixed_message_is_not_prefixed_again(capsys, monkeypatch):
+    from cuopjit.cli import inspect
+    from cuopjit.cli.main import main
+
+    def prefixed(*args):
+        raise ValueError("cuopjit explain: x")
+    monkeypatch.setattr(inspect, "explain_family", prefixed)
+    assert main(["explain", "relu", "--arch", "sm_80"]) == 2
+    assert capsys.readouterr().err == "cuopjit explain: error: x\n"
+
+
+def test_info_marks_a_cache_path_that_is_a_file_and_exits_1(tmp_path):
+    path = tmp_path / "cache"
+    path.write_text("not a directory")
+    out = cuopjit("info", cache_dir=path)
+    assert out.returncode == 1
+    assert f"cache_dir: {path}  [UNUSABLE: {path} is a file, not a directory]" in out.stdout
+    assert out.stderr == (f"cuopjit info: error: cannot use the cache: {path} is a file, not a directory; point "
+                          "CUOPJIT_CACHE_DIR (or --cache-dir) at a directory, not a file (or move the file out of "
+                          "the way)\n")
+
+
+def test_prewarm_into_a_file_says_to_point_the_variable_at_a_directory(tmp_path):
+    path = tmp_path / "cache"
+    path.write_text("not a directory")
+    out = cuopjit("prewarm", "--arch", "sm_80", "--op", "relu", cache_dir=path)
+    assert (out.returncode, out.stdout) == (1, "")
+    assert out.stderr == (f"cuopjit prewarm: error: nothing can be prewarmed: {path} is a file, not a directory; "
+                          "point CUOPJIT_CACHE_DIR (or --cache-dir) at a directory, not a file (or move the file out "
+                          "of the way)\n")
+    assert "chown" not in out.stderr
+
+
+@pytest.mark.parametrize("denied, problem", [(os.R_OK, "cannot read {path} (permission denied)"),
+                                             (os.W_OK, "{path} is not writable (permission denied)")])
+def test_info_marks_an_unreadable_or_unwritable_cache_and_exits_1(cache_dir, capsys, monkeypatch, denied, problem):
+    """os.access as an unprivileged user would answer (root's answer is always yes)."""
+    from cuopjit.cache import access
+    from cuopjit.cli.main import main
+    cache_dir.mkdir()
+    real = os.access
+    monkeypatch.setattr(access.os, "access", lambda p, mode: real(p, mode) and not (
+        str(p).startswith(str(cache_dir)) and mode & denied))
+    assert main(["info"]) == 1
+    out, err = capsys.readouterr()
+    problem = problem.format(path=cache_dir)
+    assert f"cache_dir: {cache_dir}  [UNUSABLE: {problem}]" in out
+    assert err == (f"cuopjit info: error: cannot use the cache: {problem}; fix its permissions (chown/chmod) or free "
+                   "space, or set CUOPJIT_CACHE_DIR (or pass --cache-dir) to a directory you can write\n")

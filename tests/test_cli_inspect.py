@@ -41,10 +41,14 @@ def test_show_json_is_parseable(capsys):
         assert 'extern "C" __global__' in k["source"]
 
 
-def test_show_sass_without_a_disassembler_prints_one_note(capsys, monkeypatch):
+@pytest.mark.parametrize("extra", [(), ("--json",), ("--ptx",)])
+def test_show_sass_without_a_disassembler_fails_with_the_note_on_stderr(capsys, monkeypatch, extra):
     monkeypatch.setattr(disasm, "sass_tool", lambda: None)
-    code, out, err = run(capsys, "show", "relu", "--sass")
-    assert code == 0 and out == f"note: {disasm.NO_SASS}\n"
+    compiled = []
+    monkeypatch.setattr(disasm, "ptx", lambda *a: compiled.append(a))
+    code, out, err = run(capsys, "show", "relu", "--sass", *extra)
+    assert (code, out, compiled) == (1, "", [])
+    assert err == f"cuopjit show: error: {disasm.NO_SASS}\n"
 
 
 def test_show_sass_disassembles_the_cached_cubin(capsys, monkeypatch):
@@ -102,7 +106,8 @@ def test_bench_without_a_gpu_says_so():
     if cuopjit.get_device_count():
         pytest.skip("this machine has a GPU")
     out = subprocess.run([sys.executable, "-m", "cuopjit", "bench", "--quick"], capture_output=True, text=True)
-    assert out.returncode == 1 and "cuopjit bench times kernels on an NVIDIA GPU and none was found" in out.stderr
+    assert out.returncode == 1 and out.stderr == ("cuopjit bench: error: benchmarks time kernels on an NVIDIA GPU "
+                                                  "and none was found\n")
 
 
 def test_importing_cuopjit_never_imports_torch():

@@ -12,6 +12,15 @@ from pathlib import Path
 
 FIX = ("fix its permissions (chown/chmod) or free space, or set CUOPJIT_CACHE_DIR (or pass --cache-dir) to a "
        "directory you can write")
+FILE_FIX = ("point CUOPJIT_CACHE_DIR (or --cache-dir) at a directory, not a file (or move the file out of the "
+            "way)")
+_IS_A_FILE = " is a file"   # every problem below where a file stands in the cache directory's path says this
+
+
+def advice(problem: str | None) -> str:
+    """What to do about `problem` (one of the sentences below): FILE_FIX when a file stands where the cache
+    directory should be, FIX (permissions, space, another directory) otherwise."""
+    return FILE_FIX if problem and _IS_A_FILE in problem else FIX
 
 
 def _stat(path: Path) -> tuple[os.stat_result | None, str | None]:

@@ -288,7 +288,7 @@ class KernelCache:
     def import_bundle(self, path: str | os.PathLike) -> bundle.BundleResult:
         """Verify and atomically install a bundle's entries and records into the writable layer."""
         if problem := self.problem():
-            raise bundle.BundleError(f"cannot import {path}: {problem}; {access.FIX}")
+            raise bundle.BundleError(f"cannot import {path}: {problem}; {access.advice(problem)}")
         result = bundle.import_bundle(self.layer, path)
         self.prune(self.max_size())
         return result

@@ -98,7 +98,7 @@ class Layer:
             text = f"cache: {problem}; until then compiled kernels are kept in memory only"
         else:
             text = (f"cache: {problem}; compiled kernels are kept in memory for this process only. To keep them "
-                    f"on disk, {access.FIX}")
+                    f"on disk, {access.advice(problem)}")
         warn_once(f"unusable:{self.root}", text)
 
     def writes_failed(self, problem: str) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Sequence
 
 from .. import prewarm, target
@@ -49,13 +50,19 @@ def selection(ns: argparse.Namespace) -> tuple[list[str], list[str]]:
     return ops, dtypes or list(DTYPES)
 
 
+def suggestion(value: str, known: Sequence[str]) -> str | None:
+    """The supported architecture a misspelt one means ('90', 'SM_90', 'compute_90', 'sm90', '9.0' -> 'sm_90';
+    '90a' -> 'sm_90a'), or None."""
+    m = re.fullmatch(r"(?:sm|compute|arch)?[_=-]?(\d)\.?(\d{1,2})([af]?)", value.strip().lower())
+    guess = f"sm_{m.group(1)}{m.group(2)}{m.group(3)}" if m else None
+    return guess if guess in known and guess != value else None
+
+
 def archs_from(values: Sequence[str] | None) -> list[str]:
     """The --arch values (comma lists, repeatable), else CUOPJIT_ARCH; each must be a target cuopjit supports."""
     archs, source = split_list(values), "--arch"
-    if not archs:
-        env = environment()
-        env.require("CUOPJIT_ARCH")
-        archs, source = list(env.arch), "CUOPJIT_ARCH"
+    if not archs:   # CUOPJIT_ARCH as written (environment() keeps only well-formed names), to suggest the right one
+        archs, source = split_list(dict(environment().variables).get("CUOPJIT_ARCH", "")), "CUOPJIT_ARCH"
     if not archs:
         raise ValueError("name the target architectures, e.g. --arch sm_80,sm_90 (or set CUOPJIT_ARCH)")
     known = compiler.supported_archs()
@@ -63,6 +70,8 @@ def archs_from(values: Sequence[str] | None) -> list[str]:
         if a in compiler.nvrtc_archs() and a not in known:
             raise ValueError(f"{source} {a} is older than {compiler.MIN_ARCH}, the oldest architecture cuopjit "
                              f"supports: choose from {', '.join(known)}")
+        if meant := suggestion(a, known):
+            raise ValueError(f"{source} {a} is not an architecture name: did you mean {meant}?")
         if a not in known:
             raise ValueError(f"{source} {a} is not a target this NVRTC ({compiler.nvrtc_version()}) knows: "
                              f"choose from {', '.join(known)}")

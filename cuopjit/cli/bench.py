@@ -162,7 +162,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     ops = check_ops(ns.op or None)
     dtypes = [ns.dtype] if ns.dtype else list(DTYPES)
     if driver.device_count() == 0:
-        raise NoDeviceError("cuopjit bench times kernels on an NVIDIA GPU and none was found", "CUDA_ERROR_NO_DEVICE")
+        raise NoDeviceError("benchmarks time kernels on an NVIDIA GPU and none was found", "CUDA_ERROR_NO_DEVICE")
     repeat = 20 if ns.quick else ns.repeat
     try:
         importlib.import_module("torch")   # the discovered workloads build their inputs with PyTorch

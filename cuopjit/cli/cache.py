@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..cache import KernelCache, get_cache
-from ..cache.access import FIX
+from ..cache.access import advice
 from ..errors import CuopjitError, format_bytes
 from ..log import warn_environment
 from ..config import parse_size
@@ -19,9 +19,9 @@ def _cache(ns: argparse.Namespace, changes: str | None = None) -> KernelCache:
     warn_environment()
     cache = get_cache(ns.cache_dir) if ns.cache_dir else get_cache()
     if cache.layer is not None and (problem := cache.layer.access_problem()):
-        raise CuopjitError(f"cannot use the cache: {problem}; {FIX}")
+        raise CuopjitError(f"cannot use the cache: {problem}; {advice(problem)}")
     if changes and (problem := cache.problem()):
-        raise CuopjitError(f"nothing can be {changes}: {problem}; {FIX}")
+        raise CuopjitError(f"nothing can be {changes}: {problem}; {advice(problem)}")
     return cache
 
 

@@ -1,64 +1,93 @@
-"""The inspection commands: `cuopjit show` output (CUDA C, --ptx, --sass, --json) and `cuopjit explain`."""
+"""The inspection commands: `cuopjit show` (CUDA C, --ptx, --sass, --json) and `cuopjit explain`.
+
+`show` prints through cuopjit.listing, as `cuopjit.show()` does from Python: the kernels of the plan
+forward would run for --shape (default: the family's explain shape) on --arch (default sm_90), or
+with --all every kernel of the family's representative problems (what prewarm builds).
+"""
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Callable
 
-from ..build import disasm, pipeline
+from .. import listing, prewarm
 from .args import archs_from, config_from
-from ..config import JITConfig
-from ..run.plan import KernelLaunch
+from ..config import JITConfig, RunSettings
 from ..prewarm import DTYPES
-from ..recipes import SHAPES, parse_shape
+from ..recipes import SHAPES, build, check_shape, fake_maker, parse_shape, shape_help
 from ..explain import explain_family
+from ..run.plan import KernelLaunch
 
 
-def _header(kl: KernelLaunch) -> str:
-    return (f"// {kl.spec.name}: {kl.units}; grid {kl.grid}, block {kl.block}, {kl.shared} B dynamic shared memory"
-            + (f", cluster {kl.cluster}" if kl.cluster != (1, 1, 1) else ""))
+def _what(ns: argparse.Namespace) -> list[str]:
+    """The texts --ptx/--sass/--json ask for: the CUDA C unless only PTX or SASS is wanted (JSON has it always)."""
+    what = [w for w, flag in (("ptx", ns.ptx), ("sass", ns.sass)) if flag]
+    return ["cuda", *what] if ns.json or not what else what
 
 
-def print_kernels(shown: list[tuple[pipeline.KernelSpec, KernelLaunch]], arch: str, ns: argparse.Namespace) -> None:
-    """`cuopjit show`: each kernel's CUDA C (default), PTX (--ptx) or SASS (--sass), or all of it as JSON (--json)."""
-    if ns.sass and disasm.sass_tool() is None:
-        print(f"note: {disasm.NO_SASS}", file=sys.stderr if ns.json else sys.stdout)
-        if not (ns.json or ns.ptx):
-            return
-    rows = []
-    for spec, kl in shown:
-        row = {"name": spec.name, "kernel": spec.kernel, "template": spec.template, "arch": arch,
-               "params": {k: v for k, v in spec.params}, "optimization_level": spec.optimization_level,
-               "max_registers": spec.max_registers, "grid": list(kl.grid), "block": list(kl.block),
-               "dynamic_shared": kl.shared, "cluster": list(kl.cluster), "units": kl.units}
-        if ns.ptx:
-            row["ptx"] = disasm.ptx(spec, arch)
-        if ns.sass:
-            row["sass"] = disasm.sass(spec, arch)
-        if not (ns.ptx or ns.sass) or ns.json:
-            row["source"] = pipeline.source(spec)
-        rows.append(row)
+def _launches(ns: argparse.Namespace, arch: str) -> list[KernelLaunch]:
+    """The launches to print: the plan of --shape (or the default shape), or with --all one launch per kernel
+    of every representative problem."""
+    config = config_from(ns).snapshot()
+    if ns.all:
+        if ns.shape:
+            raise ValueError("--all lists every kernel of the family's representative problems: leave out --shape "
+                             "(or --all)")
+        shown: dict = {}
+        for p in prewarm.representative_plans([ns.op], [ns.dtype], [arch], config):
+            for kl in p.plan.launches:
+                shown.setdefault(kl.spec, kl)
+        return list(shown.values())
+    prewarm.check_ops([ns.op])
+    shape = check_shape(ns.op, parse_shape(ns.shape)) if ns.shape else None
+    if ns.op not in SHAPES:   # a family without a recipe: its first representative problem
+        return list(prewarm.representative_plans([ns.op], [ns.dtype], [arch], config)[0].plan.launches)
+    operator, args, kwargs = build(ns.op, ns.dtype, shape, fake_maker(ns.dtype))
+    plan, _ = listing.plan_of(operator, RunSettings.of(config), args, kwargs, arch)
+    return list(plan.launches)
+
+
+def cmd_show(ns: argparse.Namespace) -> int:
+    """Print the kernels (CUDA C, PTX, SASS or JSON) of one family's plan on --arch."""
+    arch = archs_from(ns.arch or ["sm_90"])[0]
+    what = listing.require(_what(ns))     # no disassembler for --sass: refused before anything is compiled
+    rows = listing.rows(_launches(ns, arch), arch, what)
     if ns.json:
         print(json.dumps({"arch": arch, "kernels": rows}, indent=1, default=str))
-        return
-    for (spec, kl), row in zip(shown, rows):
-        print(_header(kl))
-        for key in ("source", "ptx", "sass"):
-            if row.get(key):
-                print(row[key])
+    else:
+        print(listing.text(rows), end="")
+    return 0
+
+
+def add_show(sub, config_args: Callable, families: list[str]) -> None:
+    """Register `cuopjit show`."""
+    p = sub.add_parser("show", help="print the generated CUDA C (PTX, SASS) of the kernels an operator runs",
+                       description="The kernels of the plan a forward runs for --shape (default: the family's, as "
+                                   "explain's) on --arch, without a GPU.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=shape_help())
+    p.add_argument("op", help=f"operator family: {', '.join(families)}")
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
+    p.add_argument("--shape", help="the problem (default: the family's; per family below)")
+    p.add_argument("--all", action="store_true", help="every kernel of the family's representative problems "
+                                                      "(what prewarm builds) instead of one shape's plan")
+    p.add_argument("--arch", action="append", help="the target to plan for (default sm_90)")
+    p.add_argument("--ptx", action="store_true", help="print the PTX instead of the CUDA C")
+    p.add_argument("--sass", action="store_true", help="print the SASS (needs nvdisasm or cuobjdump)")
+    p.add_argument("--json", action="store_true", help="print JSON: launch geometry, source, and PTX/SASS if asked")
+    config_args(p)
+    p.set_defaults(func=cmd_show)
 
 
 def add_explain(sub, config_args: Callable, families: list[str]) -> None:
     """Register `cuopjit explain`."""
-    shapes = "; ".join(f"{op}: {meaning}" for op, (meaning, _, _) in SHAPES.items())
     p = sub.add_parser("explain", help="the kernel an operator runs for a shape, why, its resources and speed",
                        description="Which kernel a forward runs and why (heuristic, tuning record, user config), its "
                                    "registers, shared memory, spills and occupancy, and with a GPU its measured "
-                                   "time against the roofline.")
+                                   "time against the roofline.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=shape_help())
     p.add_argument("op", help=f"operator family: {', '.join(families)}")
     p.add_argument("--dtype", default="float32", choices=DTYPES)
-    p.add_argument("--shape", help=f"the problem (default: the family's); {shapes}")
+    p.add_argument("--shape", help="the problem (default: the family's; per family below)")
     p.add_argument("--arch", help="plan for this named target, statically (default: the GPU, else sm_90)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--no-measure", action="store_true", help="do not time the forward on the GPU")

@@ -1,6 +1,7 @@
-"""`cuopjit tune gemm --dtype float32 --shapes 4096x4096x4096,...`: time every choice of each shape on this
-GPU and store one tuning record per choice in the cache, so that `cuopjit cache export` carries tuning
-with the cubins and a later process (here, or on a machine with the same GPU) plans without timing."""
+"""`cuopjit tune gemm --dtype float32 --shape 4096x4096x4096 --shape 1000,1000,1000`: time every choice of
+each shape on this GPU and store one tuning record per choice in the cache, so that `cuopjit cache
+export` carries tuning with the cubins and a later process (here, or on a machine with the same GPU)
+plans without timing. --shape reads the grammar of every command (recipes.parse_shape)."""
 from __future__ import annotations
 
 import argparse
@@ -13,22 +14,10 @@ from .. import target, tuning
 from ..cache import get_cache
 from ..ops import FAMILIES
 from ..config import RunSettings
+from ..recipes import check_shape, parse_shapes, shape_help
 from ..tensor import tensor
 
 TUNABLE = ("gemm",)
-
-
-def _shapes(text: str) -> list[tuple[int, int, int]]:
-    """'4096x4096x4096,33x4097x1000' -> [(M, N, K), ...]; ValueError says the expected form."""
-    out = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        dims = part.lower().split("x")
-        if len(dims) != 3 or not all(d.isdigit() and int(d) > 0 for d in dims):
-            raise ValueError(f"--shapes {part!r} is not MxNxK with positive sizes (e.g. 4096x4096x4096)")
-        out.append(tuple(int(d) for d in dims))
-    if not out:
-        raise ValueError("--shapes needs at least one MxNxK")
-    return out
 
 
 def _bar(shape_index: int, shapes: int, label: str) -> Callable[[int, int, str], None]:
@@ -46,12 +35,12 @@ def cmd_tune(ns: argparse.Namespace, config) -> int:
     """Tune each shape (GPU needed); prints the winner of each and where the records went."""
 
     if ns.op not in TUNABLE:
-        raise ValueError(f"cuopjit tune: {ns.op!r} cannot be tuned from the command line: choose {', '.join(TUNABLE)}")
+        raise ValueError(f"{ns.op!r} cannot be tuned from the command line: choose {', '.join(TUNABLE)}")
     if ns.dtype not in ("float32", "float64"):
         raise ValueError(f"--dtype {ns.dtype!r}: choose float32 or float64")
     cls = next(c for c in FAMILIES["gemm"] if c.dtype == np.dtype(ns.dtype))
     trans_a, trans_b = ns.trans[0] == "t", ns.trans[1] == "t"
-    shapes = _shapes(ns.shapes)
+    shapes = [check_shape(ns.op, s) for s in parse_shapes(ns.shape)]
     settings = RunSettings.of(config.snapshot(), ns.cache_dir, True, tuning=True)
     ordinal = driver.current_ordinal()
     tgt = target.of_device(ordinal)
@@ -77,10 +66,13 @@ def cmd_tune(ns: argparse.Namespace, config) -> int:
 
 def add_tune(sub, config_args: Callable, config_of: Callable) -> None:
     """The `tune` subcommand; config_args/config_of are cli.py's JITConfig flags and their reader."""
-    p = sub.add_parser("tune", help="time every kernel choice of some shapes on this GPU and store the records")
+    p = sub.add_parser("tune", help="time every kernel choice of some shapes on this GPU and store the records",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=shape_help(TUNABLE))
     p.add_argument("op", help=f"operator family: {', '.join(TUNABLE)}")
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--shapes", required=True, help="MxNxK, comma-separated, e.g. 4096x4096x4096,1000x1000x1000")
+    p.add_argument("--shape", "--shapes", action="append", required=True, dest="shape",
+                   help="M,N,K (or MxNxK), repeatable; several x-written shapes may share one option with commas: "
+                        "4096x4096x4096,1000x1000x1000")
     p.add_argument("--trans", default="nn", choices=("nn", "nt", "tn", "tt"), help="transposes of A and B")
     p.add_argument("--cache-dir", help="cache directory (default: CUOPJIT_CACHE_DIR or the user cache dir)")
     config_args(p)

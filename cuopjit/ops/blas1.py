@@ -134,30 +134,16 @@ class DotProblem:
     aligned: bool
 
 
-@dataclass(frozen=True)
-class DotChoice:
-    """Threads per block, scalars per load, loads in flight per thread per step, unrolled loads."""
-    threads: int
-    vec: int
-    items: int
-    unroll: bool
-    opts: pipeline.CompileOpts = pipeline.DEFAULT_OPTS
-
-    @property
-    def label(self) -> str:
-        return f"b{self.threads}_v{self.vec}x{self.items}"
-
-
-def dot_choices(problem: DotProblem, cfg: ConfigSnapshot, target: Target) -> list[DotChoice]:
+def dot_choices(problem: DotProblem, cfg: ConfigSnapshot, target: Target) -> list[elementwise.MapChoice]:
     """The one kernel shape `cfg` names."""
     threads, vec, items = elementwise.stream_geometry(np.dtype(problem.dtype), cfg, problem.aligned,
                                                       vectors=DOT_VECTORS)
     if cfg.kernel_type == "simple":
         vec, items = 1, 1
-    return [DotChoice(threads, vec, items, cfg.enable_loop_unroll, pipeline.compile_opts(cfg))]
+    return [elementwise.MapChoice(threads, vec, items, False, cfg.enable_loop_unroll, pipeline.compile_opts(cfg))]
 
 
-def dot_plan(problem: DotProblem, choice: DotChoice, target: Target) -> Plan:
+def dot_plan(problem: DotProblem, choice: elementwise.MapChoice, target: Target) -> Plan:
     """Partial sums (x = operand 0, y = 1) into the workspace, then their fixed-order sum into result (2)."""
     dtype = np.dtype(problem.dtype)
     streaming = 2 * problem.n * dtype.itemsize > elementwise.STREAM_BYTES

@@ -152,7 +152,7 @@ def plan(problem: GemvProblem, choice: GemvChoice, target: Target) -> Plan:
     if workspace:
         launches.append(splitk.reduce_launch(dtype, ptr(3), ptr(2), 1, out, out, splits, problem.beta, target, units,
                                              choice.unroll, choice.opts))
-    return Plan(tuple(launches), ("a", "x", "y"), workspace=workspace, choice=f"{choice.label}_s{splits}")
+    return Plan(tuple(launches), ("a", "x", "y"), workspace=workspace, choice=choice.label)
 
 
 _PREWARM = ((8192, 8192, True), (1000, 1000, True), (33, 100000, True), (4097, 33, False))

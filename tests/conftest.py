@@ -3,11 +3,29 @@ from __future__ import annotations
 
 import os
 import secrets
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cuopjit.config import scoped_env
+
+# Hypothesis profiles of the property-based GPU tests (tests/test_properties_*.py): "cuopjit", loaded here, a short
+# run (a few dozen examples per test, no deadline: a first call compiles its kernels); "long" for a longer hunt on
+# a GPU machine: `pytest -m gpu --hypothesis-profile=long`. Failing examples are saved in tests/.hypothesis_examples,
+# committed, so a failure found on a GPU machine replays first on every later run there until it passes (then
+# Hypothesis drops it; a fixed bug is pinned by an @example or a regression test of its own).
+try:
+    from hypothesis import HealthCheck, settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
+except ImportError:     # hypothesis comes with the test extra; without it the property tests skip (importorskip)
+    pass
+else:
+    _PROPERTIES = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow],
+                       database=DirectoryBasedExampleDatabase(str(Path(__file__).parent / ".hypothesis_examples")))
+    settings.register_profile("cuopjit", max_examples=25, **_PROPERTIES)
+    settings.register_profile("long", max_examples=400, **_PROPERTIES)
+    settings.load_profile("cuopjit")
 
 
 def _has_gpu() -> bool:

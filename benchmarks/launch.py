@@ -6,8 +6,12 @@ the methods interleaved batch by batch (the host's drift hits them alike), with 
 synchronize between batches; the figure is each method's median per-call host time.
 
     python benchmarks/launch.py [--op relu|gemm] [--calls 100000] [--out benchmarks/results/launch_<op>.json]
+    python benchmarks/launch.py --interop [--calls 100000]       # -> benchmarks/results/launch_interop.json
 
-Also: the same forward through a JIT wrapper, and a captured graph of 100 forwards replayed.
+Also: the same forward through a JIT wrapper, and a captured graph of 100 forwards replayed. With
+--interop, host time of foreign operands instead (interop_methods): a forward on torch tensors beside the
+same forward on cuopjit Tensors, `cuopjit.tensor(torch_tensor)`, and each torch.ops.cuopjit op beside the
+torch op it replaces (tiny shapes, so the host, not the GPU, sets the pace).
 """
 from __future__ import annotations
 
@@ -83,13 +87,91 @@ def graph_replay_us(op, args, kernels_per_graph: int = 100, replays: int = 200) 
     return statistics.median(samples)
 
 
+def interop_methods() -> tuple[dict, dict]:
+    """(name -> call, ratio name -> (numerator, denominator)) for the interop table."""
+    import torch
+    import cuopjit.torch  # noqa: F401  (registers torch.ops.cuopjit)
+    from cuopjit import interop
+    from cuopjit.operands import call_key, operands
+    F, ops = torch.nn.functional, torch.ops.cuopjit
+    x, y = torch.ones(1, device="cuda"), torch.zeros(1, device="cuda")
+    tx, ty = cuopjit.tensor(x), cuopjit.tensor(y)
+    relu = cuopjit.ReluFloat()
+    jit = cuopjit.JITReluFloat(relu)
+    a, c, w = torch.ones(1, 1, device="cuda"), torch.zeros(1, 1, device="cuda"), torch.ones(1, 1, device="cuda")
+    gemm = cuopjit.GemmFloat()
+    gemm.set_weight(w)
+    ta, tc = cuopjit.tensor(a), cuopjit.tensor(c)
+    read = interop.reader(type(x))
+    lx, lw, lb = torch.randn(8, 64, device="cuda"), torch.randn(64, 64, device="cuda"), torch.randn(64, device="cuda")
+    b3 = torch.randn(4, 16, 16, device="cuda")
+    v = torch.randn(64, device="cuda")
+    img, cw, cb = torch.randn(1, 8, 16, 16, device="cuda"), torch.randn(8, 8, 3, 3, device="cuda"), \
+        torch.randn(8, device="cuda")
+    methods = {
+        "relu forward, cuopjit Tensors": lambda: relu.forward(tx, ty),
+        "relu forward, torch tensors": lambda: relu.forward(x, y),
+        "JIT relu forward, cuopjit Tensors": lambda: jit.forward(tx, ty),
+        "JIT relu forward, torch tensors": lambda: jit.forward(x, y),
+        "gemm forward, cuopjit Tensors": lambda: gemm.forward(ta, tc),
+        "gemm forward, torch tensors": lambda: gemm.forward(a, c),
+        "cuopjit.tensor(torch tensor)": lambda: cuopjit.tensor(x),
+        "  part: call_key(x, y), the warm probe's key": lambda: call_key((x, y), {}),
+        "  part: operands(x, y), the first call's swap": lambda: operands((x, y), {}),
+        "  part: interop read of x": lambda: read(x),
+        "torch.relu": lambda: torch.relu(x),
+        "torch.ops.cuopjit.relu": lambda: ops.relu(x),
+        "F.linear (bias)": lambda: F.linear(lx, lw, lb),
+        "torch.ops.cuopjit.linear (bias)": lambda: ops.linear(lx, lw, lb),
+        "F.linear": lambda: F.linear(lx, lw),
+        "torch.ops.cuopjit.linear": lambda: ops.linear(lx, lw),
+        "torch.matmul": lambda: torch.matmul(lx, lw),
+        "torch.ops.cuopjit.matmul": lambda: ops.matmul(lx, lw),
+        "torch.bmm": lambda: torch.bmm(b3, b3),
+        "torch.ops.cuopjit.bmm": lambda: ops.bmm(b3, b3),
+        "torch.mv": lambda: torch.mv(lw, v),
+        "torch.ops.cuopjit.gemv": lambda: ops.gemv(lw, v),
+        "F.conv2d (bias, padding 1)": lambda: F.conv2d(img, cw, cb, 1, 1),
+        "torch.ops.cuopjit.conv2d (bias, padding 1)": lambda: ops.conv2d(img, cw, cb, [1, 1], [1, 1]),
+    }
+    ratios = {"relu forward: torch / cuopjit Tensors": ("relu forward, torch tensors", "relu forward, cuopjit Tensors"),
+              "JIT relu: torch / cuopjit Tensors": ("JIT relu forward, torch tensors",
+                                                    "JIT relu forward, cuopjit Tensors"),
+              "gemm forward: torch / cuopjit Tensors": ("gemm forward, torch tensors", "gemm forward, cuopjit Tensors")}
+    for mine, theirs in (("relu", "torch.relu"), ("linear (bias)", "F.linear (bias)"), ("linear", "F.linear"),
+                         ("matmul", "torch.matmul"), ("bmm", "torch.bmm"), ("gemv", "torch.mv"),
+                         ("conv2d (bias, padding 1)", "F.conv2d (bias, padding 1)")):
+        ratios[f"torch.ops.cuopjit.{mine} / {theirs}"] = ("torch.ops.cuopjit." + mine, theirs)
+    return methods, ratios
+
+
+def interop_main(calls: int, out_path: str) -> None:
+    """The interop table: host microseconds per call (median of batches) and the goal ratios."""
+    methods, ratios = interop_methods()
+    for fn in methods.values():      # plans, kernels and torch's own warm-up before anything is timed
+        fn()
+    results = per_call_us(methods, calls)
+    print(f"\nhost time per call ({calls} calls, median of {BATCH}-call batches)")
+    for name, us in results.items():
+        print(f"{name:<48}{us:>10.2f} us")
+    figures = {name: results[num] / results[den] for name, (num, den) in ratios.items()}
+    for name, r in figures.items():
+        print(f"{name:<80}{r:>8.3f}x")
+    save_json(out_path, {"device": driver.get_device().name, "calls": calls, "us_per_call": results,
+                         "ratios": figures}, gpu=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--op", default="relu", choices=("relu", "gemm"))
+    ap.add_argument("--interop", action="store_true", help="time foreign operands and torch.ops.cuopjit instead")
     ap.add_argument("--calls", type=int, default=100_000)
-    ap.add_argument("--out", default=None, help="default: benchmarks/results/launch_<op>.json")
+    ap.add_argument("--out", default=None, help="default: benchmarks/results/launch_<op or interop>.json")
     ns = ap.parse_args()
     require_gpu("benchmarks/launch.py")
+    if ns.interop:
+        interop_main(ns.calls, ns.out or "benchmarks/results/launch_interop.json")
+        return
     out_path = ns.out or f"benchmarks/results/launch_{ns.op}.json"
 
     from cuda.core import Device, LaunchConfig, ObjectCode, launch as core_launch

@@ -11,8 +11,11 @@ from .jit import (JITBatchMatMulDouble, JITBatchMatMulFloat, JITBatchNormDouble,
                   JITGemvFloat, JITLayerNormDouble, JITLayerNormFloat, JITMatMulDouble, JITMatMulFloat,
                   JITReluDouble, JITReluFloat, JITSoftmaxDouble, JITSoftmaxFloat, JITSymmDouble, JITSymmFloat,
                   JITTrsmDouble, JITTrsmFloat, JITWrapper)
+from .jit import JITElementwiseDouble, JITElementwiseFloat
+from .ops import ElementwiseDouble, ElementwiseFloat, fold_batchnorm
 from .device.memory import empty_cache, memory_context, memory_stats, reset_peak_memory_stats, set_memory_fraction
 from .explain import explain
+from .listing import show
 from .ops import (AveragePool2DDouble, AveragePool2DFloat, AxpyDouble, AxpyFloat, BatchMatMulDouble,
                   BatchMatMulFloat, BatchNormDouble, BatchNormFloat, Convolution2DDouble, Convolution2DFloat,
                   CopyDouble, CopyFloat, DotDouble, DotFloat, FlattenDouble, FlattenFloat, GemmDouble, GemmFloat,
@@ -35,6 +38,7 @@ __all__ = [
     "linspace", "logspace", "meshgrid",
     "get_device_count", "get_device", "set_device", "synchronize", "get_memory_info", "print_system_info",
     "empty_cache", "memory_context", "memory_stats", "reset_peak_memory_stats", "set_memory_fraction", "explain",
+    "show",
     "benchmark", "PerformanceProfile", "Stream", "stream", "graph", "Graph",
     "GemmFloat", "GemmDouble", "JITWrapper", "JITGemmFloat", "JITGemmDouble",
     "GemvFloat", "GemvDouble", "MatMulFloat", "MatMulDouble", "BatchMatMulFloat", "BatchMatMulDouble",
@@ -50,4 +54,5 @@ __all__ = [
     "JITSoftmaxFloat", "JITSoftmaxDouble", "JITLayerNormFloat", "JITLayerNormDouble", "JITBatchNormFloat",
     "JITBatchNormDouble",
     "Convolution2DFloat", "Convolution2DDouble", "JITConvolution2DFloat", "JITConvolution2DDouble",
+    "ElementwiseFloat", "ElementwiseDouble", "JITElementwiseFloat", "JITElementwiseDouble", "fold_batchnorm",
 ]

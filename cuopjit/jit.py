@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar
 
+from . import listing
 from .run import executor
 from .device import streams
 from .config import DEFAULT, JITConfig, RunSettings, get_default_global_jit_config, global_generation
@@ -17,12 +18,17 @@ from .ops import (BatchMatMulDouble, BatchMatMulFloat, BatchNormDouble, BatchNor
                   Convolution2DFloat, GemmDouble, GemmFloat, GemvDouble, GemvFloat, LayerNormDouble, LayerNormFloat,
                   MatMulDouble, MatMulFloat, ReluDouble, ReluFloat, SoftmaxDouble, SoftmaxFloat, SymmDouble,
                   SymmFloat, TrsmDouble, TrsmFloat)
+from .ops import ElementwiseDouble, ElementwiseFloat
 from .ops.base import Operator
+from .operands import call_key, operands, resolve
+from .interop import READERS
 from .device.events import EventPair
 from .profile import PerformanceProfile
 from .target import named as named_target
 
 _GLOBAL = get_default_global_jit_config()
+_foreign = READERS.get   # type -> key reader of a foreign array type seen before (None: Tensor, number)
+_CALLERS: dict[tuple[type, type], str] = {}   # how errors name a wrapper's operator: 'JITGemmFloat(GemmFloat)'
 _NO_PLANS: dict = {}
 
 
@@ -109,6 +115,11 @@ class JITWrapper:
         self._time_next = True
         return p
 
+    def get_kernel_source(self, *args: Any, arch: str | None = None, what: str = "cuda", **kwargs: Any) -> str:
+        """The CUDA C (`what="ptx"`: PTX, `"sass"`: SASS) of every launch `forward(*args, **kwargs)` would run
+        under this wrapper's settings, each under `cuopjit show`'s header; no GPU needed (see cuopjit.show)."""
+        return listing.kernel_text(self.operator, self._current_settings(), args, kwargs, arch, what)
+
     # --- running ------------------------------------------------------------------------------
     def _current_settings(self) -> RunSettings:
         """This wrapper's settings under the global switches (rebuilt only when a setter or one of them ran)."""
@@ -133,12 +144,22 @@ class JITWrapper:
         if (self._version, global_generation()) != self._state:
             self._current_settings()
         op = self.operator
-        try:
-            key, pointers, result = op.bind(*args, **kwargs)
-            run = self._memo[key]
-        except (LookupError, AttributeError, TypeError):
-            run, pointers, result = op.prepared(self._settings, s, args, kwargs,
-                                                f"{type(self).__name__}({type(op).__name__})")
+        if args and _foreign(type(args[0])) is not None:   # a torch / CuPy / JAX array: one probe on the reads
+            try:
+                run, pointers, recipe = op.foreign_plans[(self._settings, call_key(args, kwargs))]
+                result = args[recipe] if type(recipe) is int else resolve(recipe, args, kwargs)
+            except (LookupError, TypeError):
+                run = None
+        else:
+            try:
+                key, pointers, result = op.bind(*args, **kwargs)
+                run = self._memo[key]
+            except (LookupError, AttributeError, TypeError):
+                run = None
+        if run is None:   # foreign arrays, a new problem or a bad argument (its error chains no internal one)
+            kinds = (type(self), type(op))
+            caller = _CALLERS.get(kinds) or _CALLERS.setdefault(kinds, f"{kinds[0].__name__}({kinds[1].__name__})")
+            run, pointers, result = op.prepared(self._settings, s, args, kwargs, caller)
             self._memo = op.memo(self._settings)
         if self._time_next:
             events = self._events
@@ -147,7 +168,8 @@ class JITWrapper:
             events.record_start(s)
             run(pointers, s)
             events.record_end(s)
-            self._timed = (run, args, kwargs)
+            swapped = operands(args, kwargs)      # the work figures read Tensors
+            self._timed = (run, args, kwargs) if swapped is None else (run, *swapped[:2])
             self._time_next = False
         else:
             run(pointers, s)
@@ -245,3 +267,11 @@ class JITConvolution2DFloat(JITWrapper):
 
 class JITConvolution2DDouble(JITWrapper):
     operator_type = Convolution2DDouble
+
+
+class JITElementwiseFloat(JITWrapper):
+    operator_type = ElementwiseFloat
+
+
+class JITElementwiseDouble(JITWrapper):
+    operator_type = ElementwiseDouble

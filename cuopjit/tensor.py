@@ -1,8 +1,8 @@
 """Tensor: a C-contiguous device buffer with a shape and a dtype (float32 or float64).
 
-Interop is zero-copy both ways: `tensor(x)` wraps a torch/CuPy/JAX array through DLPack or
-the CUDA Array Interface (parsed by cuda.core's StridedMemoryView), and a Tensor exports
-`__dlpack__` and `__cuda_array_interface__` so those libraries can wrap it in turn.
+Interop is zero-copy both ways: `tensor(x)` wraps a torch/CuPy/JAX array (read as cuopjit/interop.py says;
+operators take them directly, see cuopjit/operands.py), and a Tensor exports `__dlpack__` and
+`__cuda_array_interface__` so those libraries can wrap it in turn.
 """
 from __future__ import annotations
 
@@ -12,19 +12,16 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from . import interop
 from .device import driver, memory, transfer
-
-DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+from .errors import NoDeviceError
+from .interop import DTYPES
 
 
 def as_dtype(dtype: Any) -> np.dtype:
-    """'float32', np.float32 or a torch dtype's name -> a numpy dtype cuopjit supports, else TypeError."""
-    name = str(dtype).replace("torch.", "")
-    try:
-        dt = np.dtype(name if isinstance(dtype, str) or "torch." in str(dtype) else dtype)
-    except TypeError:
-        dt = None
-    if dt not in DTYPES:
+    """'float32', np.float32 or a torch dtype (or its name) -> a numpy dtype cuopjit supports, else TypeError."""
+    dt = interop.np_dtype(dtype) if dtype.__hash__ is not None else None
+    if dt is None:
         raise TypeError(f"dtype {dtype!r} is not supported: cuopjit tensors hold float32 or float64")
     return dt
 
@@ -64,18 +61,20 @@ class Tensor:
         self.shape = _shape(shape)
         self.dtype = as_dtype(dtype)
         self.size = math.prod(self.shape)
-        dev = driver.get_device(device)
-        self.device = dev.ordinal
+        try:
+            self.device = driver.get_device(device).ordinal
+        except NoDeviceError as exc:   # raised from here: no frames of the driver in the user's traceback
+            raise exc.with_traceback(None) from None
         self._nbytes = self.size * self.dtype.itemsize
         self.ptr = memory.allocate(self._nbytes, self.device)
         self.plan_key = _plan_key(self.shape, self.dtype, self.device, self.ptr)
-        self._owner = None
-        self._owns = True
+        self._owner, self._owns = None, True
         memory.track(self)
 
     @classmethod
     def _view(cls, ptr: int, shape: tuple[int, ...], dtype: np.dtype, device: int, owner: Any) -> "Tensor":
-        t = object.__new__(TensorDouble if dtype == np.float64 else TensorFloat)
+        """A Tensor over memory that `owner` keeps alive (None: the caller keeps it alive)."""
+        t = object.__new__(_CLASSES[dtype])
         t.shape, t.dtype, t.size, t.ptr, t.device = shape, dtype, math.prod(shape), ptr, device
         t.plan_key = _plan_key(shape, dtype, device, ptr)
         t._nbytes, t._owner, t._owns = t.size * dtype.itemsize, owner, False
@@ -108,8 +107,9 @@ class Tensor:
 
     def __del__(self) -> None:
         try:
-            self.release()
-        except Exception:  # interpreter shutdown: the driver may be gone already
+            if self._owns:   # a view has nothing to give back
+                self.release()
+        except Exception:  # interpreter shutdown (the driver may be gone), or __init__ raised
             pass
 
     # --- data movement ----------------------------------------------------------------------
@@ -200,47 +200,53 @@ class TensorDouble(Tensor):
         super().__init__(shape, np.float64, device=device)
 
 
+_CLASSES = {np.dtype(np.float32): TensorFloat, np.dtype(np.float64): TensorDouble}
+
+
 def _same_shape(name: str, got: Sequence[int], want: Sequence[int]) -> None:
     if tuple(got) != tuple(want):
         raise ValueError(f"{name} has shape {list(got)}, expected {list(want)}")
 
 
 def _new(shape, dtype) -> Tensor:
-    dt = as_dtype(dtype)
-    return (TensorDouble if dt == np.float64 else TensorFloat)(shape)
+    try:
+        return _CLASSES[as_dtype(dtype)](shape)
+    except NoDeviceError as exc:   # one line under the user's own call, not the driver's frames
+        raise exc.with_traceback(None) from None
 
 
-def _is_device_array(obj: Any) -> bool:
-    if hasattr(obj, "__cuda_array_interface__"):
-        return True
-    dev = getattr(obj, "__dlpack_device__", None)
-    return dev is not None and dev()[0] in (2, 3)  # kDLCUDA, kDLCUDAHost
+# --- other libraries' arrays ----------------------------------------------------------------------
+for _cls in (Tensor, TensorFloat, TensorDouble):   # ours: never read as foreign arrays
+    interop.register(_cls, None)
+
+
+def wrap(obj: Any, who: str = "tensor(): the array", key: tuple | None = None) -> Tensor:
+    """A view of a GPU array that keeps the array alive (zero-copy), or a one-line error naming `who`.
+    `key`: the array's interop key when the caller has read it already."""
+    if key is None:
+        read = interop.reader(type(obj))
+        key = None if read is None else read(obj)
+    dtype = None if key is None else interop.np_dtype(key[2])
+    if dtype is None or key[3] < 0:
+        kind, reason = interop.why_not(obj)
+        raise kind(f"{who} {reason}")
+    return Tensor._view(key[0], tuple(key[1]), dtype, key[3], obj)
 
 
 def from_dlpack(obj: Any) -> Tensor:
-    """Wrap a GPU array (torch, CuPy, JAX, ...) without copying; it must be C-contiguous float32/float64."""
-    view = transfer.view_of(obj)
-    dtype = as_dtype(view.dtype)
-    shape = tuple(view.shape)
-    if view.strides is not None:
-        expect, acc = [], 1
-        for d in reversed(shape):
-            expect.append(acc)
-            acc *= d
-        if tuple(s for s, d in zip(view.strides, shape) if d > 1) != tuple(
-                s for s, d in zip(reversed(expect), shape) if d > 1):
-            raise ValueError(f"array of shape {list(shape)} with strides {list(view.strides)} is not "
-                             "C-contiguous: make it contiguous first (e.g. x.contiguous())")
-    driver.get_device(view.device_id)
-    return Tensor._view(int(view.ptr), shape, dtype, view.device_id, (view, obj))
+    """Wrap a C-contiguous float32/float64 GPU array (torch, CuPy, JAX, ...) without copying."""
+    return wrap(obj, "from_dlpack(): the array")
 
 
 def tensor(data: Any, dtype: Any = None) -> Tensor:
-    """A Tensor from a NumPy array / nested list (copied to the GPU) or a GPU array (wrapped, zero-copy)."""
+    """A Tensor from a NumPy array / nested list / CPU tensor (copied to the GPU) or a GPU array (wrapped,
+    zero-copy: torch, CuPy, JAX, DLPack or the CUDA Array Interface)."""
     if isinstance(data, Tensor):
         return data
-    if _is_device_array(data):
-        t = from_dlpack(data)
+    read = interop.reader(type(data))
+    key = None if read is None else read(data)
+    if key is not None and key[3] >= 0 or read is not None and not interop.on_host(data):
+        t = wrap(data, key=key)
         if dtype is not None and as_dtype(dtype) != t.dtype:
             raise TypeError(f"tensor(): the GPU array is {t.dtype.name}, dtype={dtype!r} asks for a copy; "
                             "convert it in its own library first")

@@ -78,6 +78,20 @@ def test_dlpack_round_trip_with_torch_is_zero_copy(rng):
         cuopjit.tensor(torch.randn(8, 8, device="cuda").t())
 
 
+def test_a_wrapped_torch_tensor_stays_alive_with_its_wrapper(rng):
+    torch = pytest.importorskip("torch")
+    a = rng.standard_normal((64, 65)).astype(np.float32)
+    x = torch.from_numpy(a).cuda()
+    t = cuopjit.tensor(x)
+    del x
+    torch.cuda.empty_cache()
+    junk = torch.full((64, 65), float("nan"), device="cuda")   # would reuse the memory had it been freed
+    np.testing.assert_array_equal(t.to_numpy(), a)
+    assert bool(junk.isnan().all())
+    with pytest.raises(TypeError, match=r"^tensor\(\): the array is float16: cuopjit operators take float32"):
+        cuopjit.tensor(torch.zeros(3, dtype=torch.float16, device="cuda"))
+
+
 def test_cuda_array_interface_with_cupy():
     cp = pytest.importorskip("cupy")
     t = cuopjit.tensor(np.arange(12, dtype=np.float64).reshape(3, 4))

@@ -1,5 +1,6 @@
 """cuopjit.torch: torch.library ops with fake implementations (CPU: meta tensors) and, on a GPU, results against
-float64 references, torch.compile(fullgraph=True) and CUDA-graph capture equal to eager."""
+float64 references, torch.compile(fullgraph=True) and CUDA-graph capture equal to eager (the product ops
+conv2d / linear / matmul / bmm / gemv included)."""
 from __future__ import annotations
 
 import math
@@ -30,19 +31,45 @@ CASES = [
     ("global_max_pool2d", lambda t: (t(2, 3, 7, 7),), (2, 3, 1, 1)),
     ("global_avg_pool2d", lambda t: (t(2, 3, 7, 7),), (2, 3, 1, 1)),
 ]
+# the products: (op, args, output shape, K: the length of each dot product, for the tolerance)
+PRODUCTS = [
+    ("linear", lambda t: (t(5, 7, 33), t(17, 33), t(17)), (5, 7, 17), 33),
+    ("linear", lambda t: (t(9, 64), t(40, 64)), (9, 40), 64),
+    ("matmul", lambda t: (t(3, 1, 9, 33), t(4, 33, 7)), (3, 4, 9, 7), 33),
+    ("matmul", lambda t: (t(33), t(2, 33, 5)), (2, 5), 33),
+    ("matmul", lambda t: (t(6, 33), t(33)), (6,), 33),
+    ("bmm", lambda t: (t(4, 9, 33), t(4, 33, 17)), (4, 9, 17), 33),
+    ("gemv", lambda t: (t(65, 33), t(33)), (65,), 33),
+    ("gemv", lambda t: (t(65, 33), t(65), True), (33,), 65),
+    ("conv2d", lambda t: (t(2, 6, 11, 13), t(8, 3, 3, 3), t(8), [2, 1], [1, 2], [1, 2], 2), (2, 8, 6, 13), 27),
+    ("conv2d", lambda t: (t(1, 3, 9, 9), t(4, 3, 1, 1)), (1, 4, 9, 9), 3),
+]
 
 
 def test_every_registered_op_has_a_case():
-    assert sorted(ct.OPS) == sorted(op for op, _, _ in CASES)
+    assert sorted(ct.OPS) == sorted({op for op, _, _ in CASES} | {op for op, *_ in PRODUCTS})
 
 
-@pytest.mark.parametrize("op, make, shape", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("op, make, shape", CASES + [p[:3] for p in PRODUCTS],
+                         ids=[c[0] for c in CASES + PRODUCTS])
 def test_fake_implementation_gives_the_output_shape(op, make, shape):
     out = getattr(torch.ops.cuopjit, op)(*make(meta))
     assert out.device.type == "meta" and tuple(out.shape) == shape and out.dtype == torch.float32
 
 
-@pytest.mark.parametrize("op, make, shape", CASES[:3] + CASES[6:8], ids=lambda c: c if isinstance(c, str) else "")
+@pytest.mark.parametrize("op, make, shape, k", PRODUCTS, ids=[p[0] for p in PRODUCTS])
+def test_product_fakes_match_torch_shapes(op, make, shape, k):
+    """Each product's output shape is the one the torch op it replaces gives (checked on meta tensors)."""
+    F = torch.nn.functional
+    args = make(meta)
+    ref = {"linear": lambda: F.linear(*args), "matmul": lambda: torch.matmul(*args), "bmm": lambda: torch.bmm(*args),
+           "gemv": lambda: torch.mv(args[0].t() if args[2:] and args[2] else args[0], args[1]),
+           "conv2d": lambda: F.conv2d(*args)}[op]()
+    assert tuple(ref.shape) == shape
+
+
+@pytest.mark.parametrize("op, make, shape", CASES[:3] + CASES[6:8] + [p[:3] for p in PRODUCTS[::2]],
+                         ids=lambda c: c if isinstance(c, str) else "")
 def test_opcheck_on_meta(op, make, shape):
     result = torch.library.opcheck(getattr(torch.ops.cuopjit, op).default, make(meta),
                                    test_utils=("test_schema", "test_faketensor"))
@@ -60,11 +87,27 @@ def mlp(x, w1, g, b, w2):
     return torch.ops.cuopjit.softmax(torch.ops.cuopjit.gemm(h, w2), -1)
 
 
-def test_a_model_traces_with_no_graph_break():
-    args = (meta(8, 16), meta(16, 32), meta(32), meta(32), meta(32, 10))
-    explained = torch._dynamo.explain(mlp)(*args)
+def convnet(x, w, b, lw, lb, v):
+    """conv2d -> relu -> flatten -> linear -> bmm with itself -> matmul -> gemv: every product op once."""
+    ops = torch.ops.cuopjit
+    h = ops.relu(ops.conv2d(x, w, b, [1, 1], [1, 1]))
+    h = ops.linear(h.flatten(1), lw, lb)                   # [n, 16]
+    h = ops.bmm(h.unsqueeze(0), h.t().unsqueeze(0))[0]     # [n, n]
+    h = ops.matmul(h, h)
+    return ops.gemv(h, v)
+
+
+CONVNET = ((4, 3, 8, 8), (5, 3, 3, 3), (5,), (16, 320), (16,), (4,))
+
+
+@pytest.mark.parametrize("model, shapes", [(mlp, ((8, 16), (16, 32), (32,), (32,), (32, 10))), (convnet, CONVNET)],
+                         ids=["mlp", "convnet"])
+def test_a_model_traces_with_no_graph_break(model, shapes):
+    args = tuple(meta(*s) for s in shapes)
+    explained = torch._dynamo.explain(model)(*args)
     assert explained.graph_count == 1 and explained.graph_break_count == 0
-    assert tuple(torch.compile(mlp, fullgraph=True, backend="eager")(*args).shape) == (8, 10)
+    eager_shape = tuple(model(*args).shape)
+    assert tuple(torch.compile(model, fullgraph=True, backend="eager")(*args).shape) == eager_shape
 
 
 # --- GPU ---------------------------------------------------------------------------------------------------
@@ -94,6 +137,56 @@ def test_results_match_float64(op, make, shape, dtype):
     length = max(args[0].shape[-1], 8)
     err = float((out.double() - ref).norm() / ref.norm().clamp_min(1e-300))
     assert tuple(out.shape) == shape and err <= 8 * length * eps, (op, err)
+
+
+def _product_reference(op, args):
+    a = [x.double() if isinstance(x, torch.Tensor) else x for x in args]
+    F = torch.nn.functional
+    return {"linear": lambda: F.linear(*a), "matmul": lambda: torch.matmul(*a), "bmm": lambda: torch.bmm(*a),
+            "gemv": lambda: torch.mv(a[0].t() if a[2:] and a[2] else a[0], a[1]),
+            "conv2d": lambda: F.conv2d(*a)}[op]()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op, make, shape, k", PRODUCTS, ids=[p[0] for p in PRODUCTS])
+def test_products_match_float64(op, make, shape, k, dtype):
+    td = getattr(torch, dtype)
+    gen = torch.Generator(device="cuda").manual_seed(torch.seed() % (1 << 31))
+    args = make(lambda *s: torch.randn(*s, device="cuda", dtype=td, generator=gen))
+    out = getattr(torch.ops.cuopjit, op)(*args)
+    again = getattr(torch.ops.cuopjit, op)(*args)          # warm: the held weight, the memoised plan
+    ref = _product_reference(op, args)
+    eps = 2.0 ** -23 if dtype == "float32" else 2.0 ** -52
+    err = float((out.double() - ref).norm() / ref.norm().clamp_min(1e-300))
+    assert tuple(out.shape) == shape and err <= 4 * k * eps, (op, err)
+    torch.testing.assert_close(again, out, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_a_new_weight_tensor_is_picked_up():
+    """linear holds its weight until another tensor (or the same one resized) comes: never a stale one."""
+    x = torch.randn(8, 32, device="cuda")
+    w1, w2 = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
+    torch.testing.assert_close(torch.ops.cuopjit.linear(x, w1), x @ w1.t())
+    torch.testing.assert_close(torch.ops.cuopjit.linear(x, w2), x @ w2.t())
+    w1.copy_(w2)                                            # same tensor, new values: read at every call
+    torch.testing.assert_close(torch.ops.cuopjit.linear(x, w1), x @ w2.t())
+
+
+@pytest.mark.gpu
+def test_convnet_compiles_and_captures():
+    g = torch.Generator(device="cuda").manual_seed(torch.seed() % (1 << 31))
+    args = [torch.randn(*s, device="cuda", generator=g) * 0.1 for s in CONVNET]
+    eager = convnet(*args)
+    torch.testing.assert_close(torch.compile(convnet, fullgraph=True, backend="aot_eager")(*args), eager)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = convnet(*args)
+    for _ in range(2):
+        args[0].copy_(torch.randn(*CONVNET[0], device="cuda", generator=g))
+        graph.replay()
+        torch.testing.assert_close(captured, convnet(*args), rtol=0, atol=0)
 
 
 @pytest.mark.gpu

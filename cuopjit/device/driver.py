@@ -52,10 +52,11 @@ def _init() -> int:
         drv = api()
         err, = drv.cuInit(0)
     except Exception as exc:  # the driver library itself is missing
-        raise NoDeviceError(f"no NVIDIA driver found ({exc.__class__.__name__}); {_NO_GPU_HINT}",
-                            "CUDA_ERROR_NO_DEVICE") from None
+        raise NoDeviceError(f"no NVIDIA driver found ({exc.__class__.__name__}): tensors and forward need an "
+                            f"NVIDIA GPU; {_NO_GPU_HINT}", "CUDA_ERROR_NO_DEVICE") from None
     if int(err) != 0:
-        raise NoDeviceError(f"the NVIDIA driver could not start ({err.name}); {_NO_GPU_HINT}", err.name)
+        raise NoDeviceError(f"the NVIDIA driver could not start ({err.name}): tensors and forward need a working "
+                            f"NVIDIA GPU; {_NO_GPU_HINT}", err.name)
     return check(drv.cuDeviceGetCount(), "cuDeviceGetCount")
 
 
@@ -70,7 +71,8 @@ def device_count() -> int:
 def require_device() -> int:
     """The number of visible GPUs; NoDeviceError, saying what still works without one, when it is 0."""
     if (count := _init()) == 0:
-        raise NoDeviceError(f"no NVIDIA GPU is visible; {_NO_GPU_HINT}", "CUDA_ERROR_NO_DEVICE")
+        raise NoDeviceError(f"no NVIDIA GPU is visible (CUDA_VISIBLE_DEVICES?): tensors and forward need one; "
+                            f"{_NO_GPU_HINT}", "CUDA_ERROR_NO_DEVICE")
     return count
 
 
@@ -111,7 +113,7 @@ class Device:
 
 @functools.cache
 def _device(ordinal: int) -> Device:
-    count = _init()
+    count = require_device()
     if not 0 <= ordinal < count:
         raise ValueError(f"device {ordinal} does not exist: this machine has {count} GPU(s), ordinals 0..{count - 1}")
     drv = api()

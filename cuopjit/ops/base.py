@@ -22,15 +22,17 @@ import numpy as np
 
 from ..device import driver, streams
 from ..run import executor
-from .. import target as targets
+from .. import interop, target as targets
 from ..run.plan import EMPTY, Family, Plan
 from ..config import DEFAULT, RunSettings
-from ..tensor import Tensor
+from ..operands import call_key, operands, recipe_of, resolve, returned
+from ..tensor import Tensor, wrap
 from ..tuning import fastest
 
 MEMO_LIMIT = 512   # plans kept per operator and settings; the oldest go first
 _current = streams.local
 _recent = streams.recent
+_foreign = interop.READERS.get   # type -> key reader of a foreign array type seen before (None: Tensor, number)
 
 
 class Operator:
@@ -44,20 +46,35 @@ class Operator:
         self._default_plans = self._plans[DEFAULT]   # the bare forward's memo, one probe away
         self._state: tuple = ()        # _plan_settings() as of the last setter: part of every plan key
         self._lock = threading.Lock()
+        # (settings, call_key) -> (runner, pointers, result recipe) of calls on foreign arrays; every setter clears it
+        self.foreign_plans: dict[tuple, tuple] = {}
 
     # --- the one forward ----------------------------------------------------------------------
     def forward(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
-        """Run the operator on `args` (see the class's docstring), on `stream` or the current one."""
+        """Run the operator on `args` (see the class's docstring), on `stream` or the current one.
+
+        Operands may be Tensors or torch / CuPy / JAX CUDA arrays (zero-copy); the result is what was passed."""
         if stream is None:
             s = _current.stream
         else:
             recent = _recent[0]
             s = recent[1] if stream is recent[0] else streams.handle(stream)
-        try:
-            key, pointers, result = self.bind(*args, **kwargs)
-            run = self._default_plans[key]
-        except (LookupError, AttributeError, TypeError):
-            run, pointers, result = self.prepared(DEFAULT, s, args, kwargs)
+        if args and _foreign(type(args[0])) is not None:   # a torch / CuPy / JAX array: one probe on the reads
+            try:
+                run, pointers, recipe = self.foreign_plans[(DEFAULT, call_key(args, kwargs))]
+                result = args[recipe] if type(recipe) is int else resolve(recipe, args, kwargs)
+            except (LookupError, TypeError):
+                run = None
+            if run is None:
+                run, pointers, result = self.prepared(DEFAULT, s, args, kwargs)
+        else:
+            try:
+                key, pointers, result = self.bind(*args, **kwargs)
+                run = self._default_plans[key]
+            except (LookupError, AttributeError, TypeError):
+                run = None
+            if run is None:   # outside the handler: an error about the arguments chains no internal one
+                run, pointers, result = self.prepared(DEFAULT, s, args, kwargs)
         run(pointers, s)
         return result
 
@@ -65,14 +82,44 @@ class Operator:
 
     def prepared(self, settings: RunSettings, s: int, args: tuple, kwargs: dict, caller: str = ""
                  ) -> tuple[executor.Runner, tuple, Any]:
-        """The memoised runner for this call under `settings` (planned and loaded on a miss).
+        """The memoised runner for this call under `settings` (planned and loaded on a miss), its pointers
+        and its result. Foreign arrays among the operands are swapped for views (cuopjit/operands.py) and the
+        outcome memoised under the call's key (`foreign_plans`), so the next such call is one probe.
 
         `caller`: how errors name the operator when a JIT wrapper calls (default: this class's name)."""
-        try:
-            key, pointers, result = self.bind(*args, **kwargs)
-            return self._plans[settings][key], pointers, result
-        except (LookupError, AttributeError, TypeError):
+        try:     # a call on foreign arrays seen before (keyword operands, a JIT wrapper's first branch)
+            run, pointers, recipe = self.foreign_plans[(settings, call_key(args, kwargs))]
+            return run, pointers, args[recipe] if type(recipe) is int else resolve(recipe, args, kwargs)
+        except (LookupError, TypeError):
             pass
+        memo = self._plans.get(settings) or self.memo(settings)
+        swapped = operands(args, kwargs)
+        if swapped is None:
+            mine, theirs = (args, kwargs), None
+        else:
+            mine, theirs = swapped[:2], (args, kwargs)
+        try:
+            key, pointers, result = self.bind(*mine[0], **mine[1])
+            run = memo[key]
+        except (LookupError, AttributeError, TypeError):
+            run = None
+        if run is None:
+            run, pointers, result = self._load(memo, settings, s, mine[0], mine[1], caller)
+        if theirs is None:
+            return run, pointers, result
+        recipe, key = recipe_of(result, *mine), call_key(*theirs)
+        if recipe is not None and key is not None:     # the next such call is one probe (forward's first branch)
+            if len(self.foreign_plans) >= MEMO_LIMIT:
+                self.foreign_plans.clear()
+            try:
+                self.foreign_plans[(settings, key)] = (run, pointers, recipe)
+            except TypeError:   # an unhashable argument (a list of sizes): such calls take this path each time
+                pass
+        return run, pointers, returned(result, swapped[2])
+
+    def _load(self, memo: dict, settings: RunSettings, s: int, args: tuple, kwargs: dict, caller: str
+              ) -> tuple[executor.Runner, tuple, Any]:
+        """Check the arguments, plan, load and memoise (a miss of `prepared`)."""
         problem = self.problem(*args, **kwargs)   # raises on bad arguments, with the reason
         key, pointers, result = self.bind(*args, **kwargs)
         if problem is None:
@@ -82,7 +129,6 @@ class Operator:
             ordinal = driver.current_ordinal()
             plan = self._choose(problem, settings, targets.of_device(ordinal), args, kwargs)
             run = executor.load(plan, ordinal, settings, caller or type(self).__name__)
-        memo = self.memo(settings)
         with self._lock:
             if len(memo) >= MEMO_LIMIT:
                 memo.pop(next(iter(memo)))
@@ -108,6 +154,9 @@ class Operator:
     def plan(self, *args: Any, settings: RunSettings = DEFAULT, target: targets.Target | None = None,
              **kwargs: Any) -> Plan:
         """The plan a forward with these arguments would run (checks them; launches nothing)."""
+        swapped = operands(args, kwargs)
+        if swapped is not None:
+            args, kwargs, _ = swapped
         problem = self.problem(*args, **kwargs)
         if problem is None:
             return EMPTY
@@ -119,16 +168,19 @@ class Operator:
         return ()
 
     def _settings_changed(self) -> None:
-        """Called by every setter of a plan-deciding setting: later forwards key their plans on the new ones."""
+        """Called by every setter of a plan-deciding setting: later forwards key their plans on the new ones
+        (and bind again: memoised pointers of foreign-array calls may name an old weight)."""
         self._state = self._plan_settings()
+        self.foreign_plans.clear()
 
     # --- checks -----------------------------------------------------------------------------------
     def check_operand(self, name: str, t: Any, ndim: int | None = None, shape: Sequence[int] | None = None) -> Tensor:
-        """`t` must be a live Tensor of this operator's dtype on the current device (and of `shape`, if given)."""
+        """`t` as a live Tensor of this operator's dtype on the current device (and of `shape`, if given).
+
+        A foreign GPU array is wrapped (zero-copy); anything else raises one line naming the operand."""
         op = type(self).__name__
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{op}: {name} must be a cuopjit Tensor, got {type(t).__name__} "
-                            "(wrap arrays with cuopjit.tensor(...))")
+        if not isinstance(t, Tensor):   # a torch / CuPy / JAX CUDA array: a view that keeps it alive
+            t = wrap(t, f"{op}: {name}")
         if t.dtype != self.dtype:
             raise TypeError(f"{op}: {name} is {t.dtype.name}, {op} works on {self.dtype.name}")
         if ndim is not None and t.ndim != ndim:

@@ -37,7 +37,7 @@ from ...target import Target
 from ..base import cdiv, dtype_tag, scalar_t
 from . import broadcast
 from .broadcast import FULL, RUN, SCALAR, STRIDED, Layout
-from .kernels import STREAM_BYTES, MapChoice, stream_geometry
+from .kernels import STREAM_BYTES, MapChoice, map_choice
 
 TEMPLATE = "elementwise/expression.cu.jinja"
 NAME = "elementwise"
@@ -84,12 +84,8 @@ def make_problem(program: Union[str, Program], dtype: str, inputs: Sequence[Opti
 
 
 def choices(problem: ExprProblem, cfg: ConfigSnapshot, target: Target) -> list[MapChoice]:
-    """The one kernel shape `cfg` names: stream_geometry's, scalar ('simple') or vectorised."""
-    threads, vec, items = stream_geometry(np.dtype(problem.dtype), cfg, problem.aligned)
-    opts = pipeline.compile_opts(cfg)
-    if cfg.kernel_type == "simple":
-        return [MapChoice(threads, 1, 1, True, cfg.enable_loop_unroll, opts)]
-    return [MapChoice(threads, vec, items, False, cfg.enable_loop_unroll, opts)]
+    """The one kernel shape `cfg` names: the streaming map's (scalar 'simple' or vectorised)."""
+    return [map_choice(problem.dtype, cfg, problem.aligned)]
 
 
 def mode(layout: Layout, vec: int) -> str:

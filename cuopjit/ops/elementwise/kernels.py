@@ -75,13 +75,18 @@ def persistent_grid(work_blocks: int, threads: int, target: Target) -> int:
     return max(1, min(work_blocks, target.sm_count * max(1, target.max_threads_per_sm // threads)))
 
 
-def choices(problem: MapProblem, cfg: ConfigSnapshot, target: Target) -> list[MapChoice]:
-    """The one kernel shape `cfg` names for this map."""
-    threads, vec, items = stream_geometry(np.dtype(problem.dtype), cfg, problem.aligned)
+def map_choice(dtype: str, cfg: ConfigSnapshot, aligned: bool) -> MapChoice:
+    """The streaming kernel shape `cfg` names: stream_geometry's, scalar ('simple') or vectorised."""
+    threads, vec, items = stream_geometry(np.dtype(dtype), cfg, aligned)
     opts = pipeline.compile_opts(cfg)
     if cfg.kernel_type == "simple":
-        return [MapChoice(threads, 1, 1, True, cfg.enable_loop_unroll, opts)]
-    return [MapChoice(threads, vec, items, False, cfg.enable_loop_unroll, opts)]
+        return MapChoice(threads, 1, 1, True, cfg.enable_loop_unroll, opts)
+    return MapChoice(threads, vec, items, False, cfg.enable_loop_unroll, opts)
+
+
+def choices(problem: MapProblem, cfg: ConfigSnapshot, target: Target) -> list[MapChoice]:
+    """The one kernel shape `cfg` names for this map."""
+    return [map_choice(problem.dtype, cfg, problem.aligned)]
 
 
 def plan(problem: MapProblem, choice: MapChoice, target: Target) -> Plan:

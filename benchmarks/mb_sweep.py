@@ -9,7 +9,9 @@ shows is how the defaults in ops/ were chosen (benchmarks/NOTES.md, section 16).
 starts with "_" sets a module constant of the operator's family for that row (a fresh plan memo).
 `--only gap` (or no --only) also times the strided softmax of memory_bound.py on both of its inputs
 and allocation orders (softmax_gap); `--only history` times it after replaying memory_bound.py's
-earlier workloads' allocations (softmax_after_history: the one cause of the gap NOTES.md 16 v2 left).
+earlier workloads' allocations (softmax_after_history: the one cause of the gap NOTES.md 16 v2 left);
+`--only scaling` times the f32 pools at 1, 4 and 16 times memory_bound.py's size beside a copy of the same
+bytes and fits fixed cost + rate (pool_scaling: what keeps a ~10 us pool from the 1 GiB copy's rate).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mb_common import copy_bandwidth, rotation, time_ms, to_cuopjit, torch_dtype  # noqa: E402
+from mb_common import copy_bandwidth, rotation, time_ms, time_pair, to_cuopjit, torch_dtype  # noqa: E402
 from results_io import require_gpu, save_json  # noqa: E402
 
 POOL = (32, 64, 56, 56)
@@ -39,8 +41,13 @@ def _cases() -> list[tuple]:
            ("bn_train", "float32", (32, 64, 56, 56), "BatchNormFloat", {}, {}, None,
             [{}, unfold, {"block_size": 512}, {"tile_size": 8}]),
            ("bn_train", "float64", (32, 64, 56, 56), "BatchNormDouble", {}, {}, None, [{}, unfold]),
+           # NCHW LayerNorm: the resident kernel (evict-last hint on or off, 256 threads), the two-kernel
+           # split-row path, and the default again (drift within the run)
            ("ln_nchw", "float32", (32, 64, 224, 224), "LayerNormFloat", {}, {}, None,
-            [{}, {"_RESIDENT_KEEP": False}, {"_RESIDENT_SLACK": 0.25}, {"block_size": 256}, {"tile_size": 16}])]
+            [{}, {"_RESIDENT_KEEP": False}, {"block_size": 256}, {"enable_shared_memory_opt": False}, {}]),
+           # long rows: the stream kernel of one 1024-thread block per SM (default) or two of 512 (104 KB stashed)
+           ("ln_rows", "float32", (4096, 32768), "LayerNormFloat", {}, {}, None,
+            [{}, {"_LN_STREAM": {4: ((32768, 512, 2, 2, True),), 8: ((32768, 1024, 1, 2, True),)}}])]
     for dt in ("float32", "float64"):
         suffix = "Float" if dt == "float32" else "Double"
         for op in ("GlobalMaxPool2D", "GlobalAveragePool2D"):
@@ -66,9 +73,9 @@ def run_case(case, repeat: int) -> list[dict]:
     op = getattr(cuopjit, cls)(**ctor)
     if cls.startswith("BatchNorm"):
         op.train()
-    if cls.startswith("LayerNorm"):
-        op.set_gamma(to_cuopjit(torch.randn(shape[1], dtype=td, device="cuda")))
-        op.set_beta(to_cuopjit(torch.randn(shape[1], dtype=td, device="cuda")))
+    if cls.startswith("LayerNorm"):   # 2-D x: over the last axis; NCHW: cuOP's per-channel gamma of x.shape[1]
+        op.set_gamma(to_cuopjit(torch.randn(shape[-1] if len(shape) == 2 else shape[1], dtype=td, device="cuda")))
+        op.set_beta(to_cuopjit(torch.randn(shape[-1] if len(shape) == 2 else shape[1], dtype=td, device="cuda")))
     rows = []
     for fields in configs:
         cfg = cuopjit.JITConfig()
@@ -173,6 +180,55 @@ def softmax_after_history(repeat: int) -> list[dict]:
     return [{"name": "softmax_after_history", "ms": t["median_ms"], "gbps": gbps}]
 
 
+def pool_scaling(repeat: int) -> list[dict]:
+    """Why the f32 pools of memory_bound.py (32 x 64 x 56 x 56, ~10 us a call) stay under 90% of the 1 GiB copy:
+    the default plan at N = 32, 128 and 512 beside a torch copy of the same bytes, in alternating rounds
+    (time_pair), then a fit time = fixed + bytes / rate over the sizes for both. A fixed cost of a few us with
+    an asymptotic rate at the copy's means the kernel streams at the limit and the launch (gap, ramp, drain) is
+    what is left; a low asymptotic rate means the kernel itself is short of it."""
+    import torch
+    import torch.nn.functional as F
+    import cuopjit
+    rows = []
+    for cls, oshape in (("MaxPool2DFloat", lambda n: (n, 64, 28, 28)), ("GlobalAveragePool2DFloat", lambda n: (n, 64))):
+        op, pts = getattr(cuopjit, cls)(), []
+        for n in (32, 128, 512):
+            shape = (n, 64, 56, 56)
+            nbytes = (math.prod(shape) + math.prod(oshape(n))) * 4
+            k = rotation(nbytes)
+            xs = [torch.randn(shape, device="cuda") for _ in range(k)]
+            ys = [torch.empty(oshape(n), device="cuda") for _ in range(k)]
+            cxs, cys = [to_cuopjit(t) for t in xs], [to_cuopjit(t) for t in ys]
+            src = [torch.randn(nbytes // 8, device="cuda") for _ in range(k)]
+            dst = [torch.empty_like(src[0]) for _ in range(k)]
+            ys[0].fill_(float("nan"))
+            op.forward(cxs[0], cys[0])
+            ref = F.max_pool2d(xs[0], 2) if cls.startswith("Max") else xs[0].mean(dim=(2, 3))
+            err = float((ys[0].double() - ref.double()).norm() / ref.double().norm())
+            tp, tc = time_pair(lambda i: op.forward(cxs[i % k], cys[i % k]), lambda i: dst[i % k].copy_(src[i % k]),
+                               repeat=max(5, repeat // 2))
+            pts.append((nbytes, tp["median_ms"], tc["median_ms"]))
+            rows.append({"name": "pool_scaling", "op": cls, "n": n, "bytes": nbytes, "ms": tp["median_ms"],
+                         "copy_ms": tc["median_ms"], "gbps": nbytes / tp["median_ms"] / 1e6,
+                         "copy_gbps": nbytes / tc["median_ms"] / 1e6, "rel_err": err})
+            print(f"scaling {cls:26s} N={n:4d} {nbytes / 1e6:7.1f} MB  pool {tp['median_ms'] * 1e3:8.2f} us "
+                  f"{rows[-1]['gbps']:6.0f} GB/s  copy {tc['median_ms'] * 1e3:8.2f} us {rows[-1]['copy_gbps']:6.0f} GB/s"
+                  f"  err {err:.1e}", flush=True)
+            for bufs in (xs, ys, cxs, cys, src, dst):
+                bufs.clear()
+            torch.cuda.empty_cache()
+        for label, col in (("pool", 1), ("copy", 2)):   # least squares: ms = fixed + bytes / rate
+            b = [p[0] for p in pts]
+            t = [p[col] for p in pts]
+            mb, mt = sum(b) / len(b), sum(t) / len(t)
+            slope = sum((x - mb) * (y - mt) for x, y in zip(b, t)) / sum((x - mb) ** 2 for x in b)
+            fixed = mt - slope * mb
+            rows.append({"name": "pool_scaling_fit", "op": cls, "side": label, "fixed_us": fixed * 1e3,
+                         "rate_gbps": 1 / slope / 1e6})
+            print(f"fit     {cls:26s} {label}: fixed {fixed * 1e3:5.2f} us, rate {1 / slope / 1e6:6.0f} GB/s", flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", action="append", help="substring of a case name (repeatable)")
@@ -187,6 +243,8 @@ def main(argv=None) -> int:
         rows += [{"name": "softmax_gap", **r} for r in softmax_gap(ns.repeat)]
     if ns.only and "history" in ns.only:
         rows += softmax_after_history(ns.repeat)
+    if ns.only and "scaling" in ns.only:
+        rows += pool_scaling(ns.repeat)
     for case in _cases():
         if ns.only and not any(o in case[0] for o in ns.only):
             continue

@@ -122,6 +122,18 @@ def test_resident_rows_fit_in_l2():
     assert kind(sample, cfg, SM80) == "split"   # 40 MB of L2
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_default_plans_compile_without_spills(arch):
+    """Every kernel of the family's default plans compiles for sm_80 and sm_90 with no local-memory spills
+    (the split-row apply loads its chunk after the statistics; the resident kernel re-reads in two halves)."""
+    t = target.named(arch)
+    cfg = make_config().snapshot()
+    specs = {s for p in layernorm.problems() for s in layernorm.FAMILY.default_plan(p, cfg, t).specs}
+    for spec in sorted(specs, key=lambda s: s.name):
+        cubin, info = pipeline.build(spec, arch, persistent=False)
+        assert cubin[:4] == b"\x7fELF" and info.spill_bytes == 0, f"{spec.name} spills {info.spill_bytes} B on {arch}"
+
+
 def test_eps_is_part_of_the_state():
     ln = cuopjit.LayerNormFloat()
     assert ln.eps == 1e-5 and ln._state[0] == 1e-5

@@ -27,7 +27,8 @@ from .device.graph import Graph, graph
 from .profile import PerformanceProfile, benchmark
 from .device.streams import Stream, use as stream
 from .cli.info import print_system_info
-from .device.driver import current_device as get_device, get_device_count, get_memory_info, set_device
+from .device.driver import current_device as get_device, device_count as get_device_count
+from .device.driver import memory_info as get_memory_info, set_device
 from .tensor import (Tensor, TensorDouble, TensorFloat, empty, eye, from_dlpack, linspace, logspace, meshgrid, ones,
                      random, tensor, zeros)
 

@@ -212,7 +212,10 @@ class Function:
         self.module = check(drv.cuModuleLoadData(cubin), "cuModuleLoadData")
         self.handle = check(drv.cuModuleGetFunction(self.module, kernel.encode()), f"cuModuleGetFunction({kernel})")
         self.device = device
-        self._shared_limit = 48 * 1024
+        err, static = drv.cuFuncGetAttribute(drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                                             self.handle)
+        self._static_shared = int(static) if int(err) == 0 else 0
+        self._shared_limit = 48 * 1024 - self._static_shared   # dynamic bytes allowed without an opt-in
         self._carveout = False
 
     def __del__(self) -> None:
@@ -249,10 +252,12 @@ class Function:
                 "blocks": int(blocks) if int(err) == 0 else None}
 
     def reserve_shared(self, nbytes: int) -> None:
-        """Allow `nbytes` of dynamic shared memory (over 48 KiB needs an explicit opt-in)."""
+        """Allow `nbytes` of dynamic shared memory: past 48 KiB with the kernel's static shared memory, an
+        explicit opt-in, up to the device's per-block limit for both together."""
         if nbytes > self._shared_limit:
-            if nbytes > self.device.max_shared_per_block:
-                raise ValueError(f"kernel needs {nbytes} bytes of shared memory; {self.device.name} allows "
+            total = nbytes + self._static_shared
+            if total > self.device.max_shared_per_block:
+                raise ValueError(f"kernel needs {total} bytes of shared memory; {self.device.name} allows "
                                  f"{self.device.max_shared_per_block}: choose a smaller tile_size")
             drv = api()
             check(drv.cuFuncSetAttribute(
@@ -283,19 +288,9 @@ def is_rejected_image(exc: ExecutionError) -> bool:
     return exc.error_name in REJECTED_IMAGE_ERRORS
 
 
-# The device functions of the cuOP API.
-def get_device_count() -> int:
-    """Number of GPUs; 0 without a driver or GPU."""
-    return device_count()
-
-
 def current_device() -> int:
     """The ordinal of the current device (cuOP's `get_device()`); NoDeviceError, saying what works without one,
     when there is no GPU."""
     require_device()
     return current_ordinal()
 
-
-def get_memory_info() -> tuple[int, int]:
-    """(free, total) bytes on the current device."""
-    return memory_info()

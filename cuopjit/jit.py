@@ -72,6 +72,10 @@ class JITWrapper:
         self._directory = os.fspath(path)
         self._version += 1
 
+    def set_epilogue(self, expression: Any, **bound: Any) -> None:
+        """The wrapped operator's `set_epilogue` (an epilogue belongs to the operator: every wrapper of it sees it)."""
+        self.operator.set_epilogue(expression, **bound)
+
     def set_jit_config(self, config: JITConfig) -> None:
         """Use `config` from the next forward on (a copy: later edits do not leak in).
 

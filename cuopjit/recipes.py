@@ -4,7 +4,8 @@
 a GPU, random data on it (explain times the forward); without one, a placeholder: a tensor of no
 memory at an aligned fake address, which is all planning reads (shapes, dtype, device, alignment).
 `parse_shape` reads the one grammar every command takes (`4096x1024`, `4096,1024`, spaces allowed);
-`shape_help()` is the per-family table `--help` prints.
+`shape_help()` is the per-family table `--help` prints. `fuse` gives a product's forward a user epilogue with
+operands of given kinds, `elementwise` builds an elementwise program's forward (`--epilogue`, `--elementwise`).
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 import numpy as np
 
-from .ops import FAMILIES
+from .expr import FULL, PER_COLUMN, PER_ROW, SCALAR
+from .ops import FAMILIES, ElementwiseDouble, ElementwiseFloat
 from .tensor import Tensor, random
 
 Make = Callable[[tuple[int, ...]], Tensor]
@@ -220,3 +222,51 @@ def build(op: str, dtype: str, shape: tuple[int, ...] | None, make: Make) -> tup
     shape = check_shape(op, SHAPES[op].default if op in SHAPES and shape is None else shape)
     cls = FAMILIES[op][0 if np.dtype(dtype) == np.float32 else 1]
     return SHAPES[op].builder(cls, shape, make)
+
+
+# Where a product family's forward takes its output (the epilogue's operands are laid against it).
+_OUTPUT = {"gemm": 1, "matmul": 2, "batchmatmul": 2, "conv2d": 1}
+EPILOGUE_FAMILIES = tuple(_OUTPUT)
+
+
+def operand_shape(op: str, kind: str, out: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The shape of an epilogue operand of `kind` against family `op`'s output `out` (None: a Python number):
+    per column [N] ([K] for conv2d's channels), per row [..., M, 1] ([N, 1, OH, OW]), full the output's."""
+    if kind == SCALAR:
+        return None
+    if kind == FULL:
+        return out
+    channel = 1 if op == "conv2d" else len(out) - 1
+    if kind == PER_COLUMN:
+        return (out[channel],)
+    if kind == PER_ROW:
+        return tuple(1 if i == channel else d for i, d in enumerate(out))
+    raise ValueError(f"unknown operand kind {kind!r}: choose from scalar, per_column, per_row, full")
+
+
+def fuse(op: str, operator: Any, args: tuple, expression: str, kinds: dict[str, str], make: Make) -> None:
+    """Set `expression` as `operator`'s epilogue (built by `build(op, ...)`), each operand bound to a tensor of its
+    kind's shape against the output of `args` (a scalar to the number 1.0)."""
+    if op not in _OUTPUT:
+        raise ValueError(f"{op} takes no epilogue: --epilogue is for {', '.join(EPILOGUE_FAMILIES)} "
+                         "(--elementwise for elementwise programs)")
+    out = tuple(args[_OUTPUT[op]].shape)
+    bound = {}
+    for name, kind in kinds.items():
+        shape = operand_shape(op, kind, out)
+        bound[name] = 1.0 if shape is None else make(shape)
+    operator.set_epilogue(expression, **bound)
+
+
+def elementwise(program: str, dtype: str, shapes: dict[str, tuple[int, ...] | None], out_shape: tuple[int, ...] | None,
+                make: Make) -> tuple[Any, tuple, dict]:
+    """(operator, (), operands) of an elementwise program's forward: inputs of `shapes` (None: the number 1.0; an
+    input not named: full-size), outputs of `out_shape` (default: the named inputs' broadcast, else 2^24 elements)."""
+    cls = ElementwiseFloat if np.dtype(dtype) == np.float32 else ElementwiseDouble
+    operator = cls(program)
+    named = [s for s in shapes.values() if s is not None]
+    out = tuple(out_shape or (np.broadcast_shapes(*named) if named else (1 << 24,)))
+    kwargs = {name: (make(out) if name not in shapes else 1.0 if shapes[name] is None else make(shapes[name]))
+              for name in operator.inputs}
+    kwargs.update({name: make(out) for name in operator.outputs})
+    return operator, (), kwargs

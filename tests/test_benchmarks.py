@@ -12,7 +12,8 @@ import pytest
 import cuopjit
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-GPU_SCRIPTS = ["gemm.py", "launch.py", "memory_bound.py", "mb_norms.py", "mb_sweep.py", "blas.py", "conv2d.py"]
+GPU_SCRIPTS = ["gemm.py", "launch.py", "memory_bound.py", "mb_norms.py", "mb_sweep.py", "blas.py", "conv2d.py", "fusion.py",
+               "mb_expr.py"]
 
 
 @pytest.fixture

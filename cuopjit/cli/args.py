@@ -1,4 +1,4 @@
-"""Argument parsing shared by the `cuopjit` commands: JITConfig options, --op/--dtype, --arch."""
+"""Argument parsing shared by the `cuopjit` commands: JITConfig options, --op/--dtype, --arch, fused kernels."""
 from __future__ import annotations
 
 import argparse
@@ -25,6 +25,18 @@ def config_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-coalescing", action="store_true", help="enable_memory_coalescing=False")
     g.add_argument("--no-shared-memory-opt", action="store_true", help="enable_shared_memory_opt=False")
     g.add_argument("--precision", default="tf32", help="float32 tensor-core products: tf32 or 3xtf32")
+
+
+def fusion_args(p: argparse.ArgumentParser) -> None:
+    """--epilogue, --elementwise and --operand (prewarm, show, explain; cuopjit/cli/fusion.py)."""
+    g = p.add_argument_group("fused kernels (no GPU needed)")
+    g.add_argument("--epilogue", metavar="EXPR",
+                   help="a user epilogue on gemm, matmul, batchmatmul or conv2d, e.g. 'gelu(acc + bias)'")
+    g.add_argument("--elementwise", metavar="PROGRAM",
+                   help="an elementwise program (family elementwise), e.g. 'out = relu(x * scale + shift)'")
+    g.add_argument("--operand", action="append", metavar="NAME=VALUE",
+                   help="--epilogue: an operand's kind (scalar, per_column, per_row, full; default per_column); "
+                        "--elementwise: an input's shape, or scalar (a Python number); repeatable")
 
 
 def config_from(ns: argparse.Namespace) -> JITConfig:

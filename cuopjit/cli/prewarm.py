@@ -1,7 +1,8 @@
 """`cuopjit prewarm`: build the kernels forward will ask for on the named architectures, with no GPU.
 
 By default every requested family's representative problems are planned for each --arch; with
---shape (and --op) the plans of those shapes instead. Each cubin is built once (kernels_to_build).
+--shape (and --op) the plans of those shapes instead; with --epilogue / --elementwise the fused kernels
+(cuopjit/cli/fusion.py). Each cubin is built once (kernels_to_build).
 Progress: on a terminal one line redrawn in place; otherwise a plain line at each tenth; --verbose
 prints a line per kernel, --quiet only the summary.
 """
@@ -24,7 +25,8 @@ from ..errors import CuopjitError
 from ..listing import plan_of
 from ..ops import FAMILIES
 from ..recipes import build, fake_maker, parse_shapes, shape_help
-from .args import archs_from, config_args, config_from, selection
+from . import fusion
+from .args import archs_from, config_args, config_from, fusion_args, selection
 
 
 class Progress:
@@ -92,10 +94,12 @@ def planned(ns: argparse.Namespace, archs: list[str]) -> list[prewarm.PlannedPro
     """The plans to build: the representative problems, or with --shape those shapes, of each op, dtype, arch."""
     ops, dtypes = selection(ns)
     config = config_from(ns).snapshot()
+    if ns.shape and not ns.op:
+        raise ValueError("--shape needs --op: what a shape means depends on the family (see --help)")
+    if fusion.wanted(ns):
+        return fusion.planned(ns, ops, dtypes, archs, config)
     if not ns.shape:
         return prewarm.representative_plans(ops, dtypes, archs, config)
-    if not ns.op:
-        raise ValueError("--shape needs --op: what a shape means depends on the family (see --help)")
     settings, out = RunSettings.of(config), []
     for op in ops:
         for shape in parse_shapes(ns.shape):
@@ -166,4 +170,5 @@ def add_prewarm(sub) -> None:
     p.add_argument("--bundle", metavar="FILE", help="also write the kernels this prewarm built or found into a "
                                                     "portable bundle (for cuopjit cache import)")
     config_args(p)
+    fusion_args(p)
     p.set_defaults(func=cmd_prewarm)

@@ -135,6 +135,12 @@ class Operator:
             memo[key] = run
         return run, pointers, result
 
+    def set_epilogue(self, expression: Any, **bound: Any) -> None:
+        """Epilogues fuse into products only (Fusable overrides this): refuse, saying where they run."""
+        raise TypeError(f"{type(self).__name__} takes no epilogue: set_epilogue works on GemmFloat/Double, "
+                        "MatMul, BatchMatMul and Convolution2D; fuse elementwise work after it with "
+                        "cuopjit.ElementwiseFloat/Double")
+
     def memo(self, settings: RunSettings) -> dict[Hashable, Callable]:
         """The plan memo for `settings` (bind key -> loaded plan): a JIT wrapper probes it directly."""
         memo = self._plans.get(settings)

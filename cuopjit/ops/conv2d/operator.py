@@ -9,6 +9,13 @@ when relu) and returns it. The output is N x out_channels x OH x OW with PyTorch
     OH = (H + 2 pad_h - dilation_h (kernel_h - 1) - 1) // stride_h + 1     (OW likewise)
 
 which `output_shape(x_shape)` computes. Kernels: cuopjit/ops/conv2d_plans.py.
+
+`set_epilogue(expr, **bound)` (cuopjit/ops/epilogue_operator.py) replaces the whole epilogue: y = expr over acc
+(the convolution), c (y's old value) and operands ([K] / [K, 1, 1] per channel, output-shaped full, ...), e.g.
+`conv.set_epilogue("relu(acc * scale + shift + residual)", scale=s, shift=t)` then
+`conv.forward(x, y, pad_h=1, pad_w=1, residual=r)`. relu=True and set_bias(b) are spellings of the epilogues
+relu(acc), acc + bias and relu(acc + bias) (they keep their kernels: their ReLU maps NaN to 0, the expression's
+keeps it); set_epilogue clears them, and they are refused while an expression is set.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ import numpy as np
 from ...tensor import Tensor
 from . import plans as conv2d_plans
 from ..base import Operator
+from ..epilogue_operator import Fusable
 from ..params import plan_setting
 
 
@@ -28,10 +36,19 @@ def _positive(name: str, value: Any, low: int = 1) -> int:
     return int(value)
 
 
-class Convolution2D(Operator):
-    """2-D convolution over NCHW with stride, padding, dilation, groups, bias and a fused ReLU."""
+def _no_expression(op: "Convolution2D", value: Any) -> None:
+    """relu=True and set_bias are refused while a user epilogue is set (it is the whole epilogue)."""
+    if value is not None and value is not False and op._fused is not None:
+        raise ValueError(f"{type(op).__name__}: relu and set_bias are the epilogue relu(acc + bias), but the epilogue "
+                         f"{op._fused.canonical!r} is set: write them into it, or call set_epilogue(None) first")
+
+
+class Convolution2D(Fusable, Operator):
+    """2-D convolution over NCHW with stride, padding, dilation, groups, bias and a fused ReLU, or a user epilogue."""
 
     family = conv2d_plans.FAMILY
+    forward_names = ("x", "y", "pad_h", "pad_w")
+    channels = True
 
     def __init__(self, in_channels: int, out_channels: int, kernel_h: int, kernel_w: int, stride_h: int = 1,
                  stride_w: int = 1, dilation_h: int = 1, dilation_w: int = 1, groups: int = 1, relu: bool = False,
@@ -53,7 +70,21 @@ class Convolution2D(Operator):
         self._bias: Tensor | None = None
         self._settings_changed()
 
-    relu = plan_setting("relu", bool)
+    relu = plan_setting("relu", bool, _no_expression)
+
+    @property
+    def epilogue(self) -> str | None:
+        """The epilogue's canonical text: the user's, relu=True / set_bias's equivalent, or None (y = acc)."""
+        if self._fused is not None or not (self._relu or self._bias is not None):
+            return super().epilogue
+        inner = "(acc+bias)" if self._bias is not None else "acc"
+        return f"relu({inner})" if self._relu else inner
+
+    def set_epilogue(self, expression: Any, **bound: Any) -> None:
+        """A user epilogue in place of bias and ReLU (both cleared); None: y = acc (see the module docstring)."""
+        super().set_epilogue(expression, **bound)
+        self._relu, self._bias = False, None
+        self._settings_changed()
 
     @property
     def weight_shape(self) -> tuple[int, int, int, int]:
@@ -66,6 +97,7 @@ class Convolution2D(Operator):
 
     def set_bias(self, bias: Tensor | None) -> None:
         """b of shape [out_channels], added in the epilogue; None removes it."""
+        _no_expression(self, bias)
         self._bias = None if bias is None else self.check_operand("bias", bias, shape=(self.out_channels,))
         self._settings_changed()
 
@@ -100,7 +132,7 @@ class Convolution2D(Operator):
         return ((x.plan_key, y.plan_key, pad_h, pad_w, self._state),
                 (x.ptr, self._weight.ptr, 0 if b is None else b.ptr, y.ptr), y)
 
-    def problem(self, x: Tensor, y: Tensor, pad_h: int | None = None, pad_w: int | None = None
+    def problem(self, x: Tensor, y: Tensor, pad_h: int | None = None, pad_w: int | None = None, **operands: Any
                 ) -> conv2d_plans.ConvProblem | None:
         name = type(self).__name__
         if self._weight is None:
@@ -122,6 +154,7 @@ class Convolution2D(Operator):
             _, fh = self._out_size(h, ph, self.kernel_h, self.dilation_h, self.stride_h, "H")
             _, fw = self._out_size(w, pw, self.kernel_w, self.dilation_w, self.stride_w, "W")
             raise ValueError(f"{name}: y has shape {list(y.shape)}, expected {list(expected)}: {fh}; {fw}")
+        fused = self.epilogue_key(expected, operands)
         if y.size == 0:
             return None
         if n * expected[2] * expected[3] >= 2 ** 31:
@@ -130,12 +163,15 @@ class Convolution2D(Operator):
         return conv2d_plans.ConvProblem(self.dtype.name, n, c, h, w, self.out_channels, self.kernel_h,
                                           self.kernel_w, self.stride_h, self.stride_w, ph, pw, self.dilation_h,
                                           self.dilation_w, self.groups, self._bias is not None, self._relu,
-                                          (y.ptr & 15) == 0)
+                                          (y.ptr & 15) == 0, fused)
 
-    def work(self, x: Tensor, y: Tensor, pad_h: int | None = None, pad_w: int | None = None) -> tuple[float, float]:
+    def work(self, x: Tensor, y: Tensor, pad_h: int | None = None, pad_w: int | None = None,
+             **operands: Any) -> tuple[float, float]:
         taps = self.in_channels // self.groups * self.kernel_h * self.kernel_w
+        reads_y = self._fused is not None and "c" in self._fused.names
         return (2.0 * y.size * taps,
-                float((x.size + y.size + self._weight.size) * self.dtype.itemsize))
+                float((x.size + y.size * (2 if reads_y else 1) + self._weight.size) * self.dtype.itemsize
+                      + self.epilogue_bytes(operands)))
 
 
 class Convolution2DFloat(Convolution2D):

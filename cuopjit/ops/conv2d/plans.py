@@ -32,6 +32,9 @@ changes the code:
     enable_memory_coalescing  vector output stores (where output planes line up) vs scalar stores
     enable_shared_memory_opt  implicit GEMM: shared-memory row padding on/off; direct kernel: ignored
 optimization_level and max_registers reach NVRTC.
+
+A user epilogue (ConvProblem.epilogue, cuopjit/ops/epilogue.py; bias and relu are then off) replaces bias and
+ReLU where each kernel stores y: its operands follow x, weight, bias, y, then comes the workspace.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ from ...build import pipeline
 from ...config import ConfigSnapshot
 from ...run.plan import Family, KernelLaunch, Plan, i32, i64, ptr
 from ...target import Target
+from .. import epilogue
 from ..base import cdiv, dtype_tag, scalar_t, vector_width
 from ..gemm.plans import uses_tensor_cores
 from . import wgmma as conv2d_wgmma
@@ -58,7 +62,8 @@ UNITS = {("float32", False): "FP32 cores (SIMT)", ("float64", False): "FP64 core
 
 @dataclass(frozen=True)
 class ConvProblem:
-    """One convolution: x N x C x H x W, weight K x C/groups x kh x kw, window and epilogue; 16-byte alignment."""
+    """One convolution: x N x C x H x W, weight K x C/groups x kh x kw, window and epilogue (bias, relu, or a user
+    epilogue's key); 16-byte alignment."""
     dtype: str
     n: int
     c: int
@@ -77,6 +82,7 @@ class ConvProblem:
     bias: bool = False
     relu: bool = False
     aligned: bool = True
+    epilogue: str = ""
 
     @property
     def oh(self) -> int:
@@ -187,7 +193,13 @@ def _window(problem: ConvProblem) -> dict:
 def _window_tag(problem: ConvProblem) -> str:
     p = problem
     return (f"k{p.kh}x{p.kw}_s{p.sh}x{p.sw}_p{p.ph}x{p.pw}" + (f"_d{p.dh}x{p.dw}" if (p.dh, p.dw) != (1, 1) else "")
-            + ("_bias" if p.bias else "") + ("_relu" if p.relu else ""))
+            + ("_bias" if p.bias else "") + ("_relu" if p.relu else "") + epilogue.tag(p.epilogue))
+
+
+def fused(problem: ConvProblem) -> tuple[tuple[str, ...], tuple, int]:
+    """(the plan's operands, the epilogue's kernel arguments, the workspace's pointer index)."""
+    operands = ("x", "weight", "bias", "y", *epilogue.operand_names(problem.epilogue))
+    return operands, epilogue.args(problem.epilogue, 4), len(operands)
 
 
 def plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Plan:
@@ -205,6 +217,7 @@ def _gemm_plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Plan
     dtype = np.dtype(name)
     r, tag = vector_width(dtype), dtype_tag(dtype)
     order, ct, ktiles = k_order(p, s.bk)
+    operands, extra, ws = fused(p)
     mpad, kpad = cdiv(p.kg, s.bm) * s.bm, ktiles * s.bk
     ohw, npix = p.oh * p.ow, p.n * p.oh * p.ow
     total = p.groups * kpad * mpad
@@ -212,7 +225,7 @@ def _gemm_plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Plan
                              {"scalar_t": scalar_t(dtype), "unroll": True, "kernel": "pack", "KH": p.kh, "KW": p.kw,
                               "ORDER": order}, choice.opts)
     pack_launch = KernelLaunch(pack, (min(cdiv(total, 256), 1 << 20),), (256,),
-                               (ptr(1), ptr(4), i32(p.cg), i32(p.kg), i32(ct * s.bk), i32(kpad), i32(mpad), i64(total)),
+                               (ptr(1), ptr(ws), i32(p.cg), i32(p.kg), i32(ct * s.bk), i32(kpad), i32(mpad), i64(total)),
                                units=UNITS[name, False].replace(" (SIMT)", ""))
     vec = (2 if s.mma else r) if choice.coalesce and p.aligned and ohw % (2 if s.mma else r) == 0 else 1
     params = {"scalar_t": scalar_t(dtype), "unroll": choice.unroll, "kernel": "conv", "mma": s.mma, "BM": s.bm,
@@ -220,34 +233,36 @@ def _gemm_plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Plan
               "VEC_OUT": vec, "bias": p.bias, "relu": p.relu, "split": choice.split,
               "min_blocks": 2 if name == "float32" and s.threads == 256 and not choice.split else 1, **_window(p)}
     params.update({"WARPS_M": s.tm, "WARPS_N": s.tn, "WARPS_K": s.wk} if s.mma else {"TM": s.tm, "TN": s.tn})
+    epilogue.add(params, p.epilogue, scalar_t(dtype))
     kind = f"{('3xtf32' if choice.split else 'tf32') if name == 'float32' else 'dmma'}_" if s.mma else ""
     readable = (f"conv2d_{tag}_{_window_tag(p)}_{kind}{s.label}_{order}_v{vec}" + ("" if choice.pad else "_nopad")
                 + ("" if choice.unroll else "_nounroll"))
     spec = pipeline.make_spec(TEMPLATE, "conv2d", readable, params, choice.opts)
-    args = (ptr(0), ptr(4), *((ptr(2),) if p.bias else ()), ptr(3), i32(p.c), i32(p.h), i32(p.w), i32(p.k),
-            i32(p.oh), i32(p.ow), i32(p.cg), i32(p.kg), i32(npix), i32(ct), i32(ktiles), i32(mpad))
+    args = (ptr(0), ptr(ws), *((ptr(2),) if p.bias else ()), ptr(3), i32(p.c), i32(p.h), i32(p.w), i32(p.k),
+            i32(p.oh), i32(p.ow), i32(p.cg), i32(p.kg), i32(npix), i32(ct), i32(ktiles), i32(mpad), *extra)
     units = UNITS[name, s.mma].replace("TF32", "3xTF32") if choice.split else UNITS[name, s.mma]
     conv = KernelLaunch(spec, (cdiv(npix, s.bn), cdiv(p.kg, s.bm), p.groups), (s.threads,), args, units=units)
     size = total * dtype.itemsize
-    return Plan((pack_launch, conv), ("x", "weight", "bias", "y"), workspace=cdiv(size, 256) * 256,
-                choice=choice.label)
+    return Plan((pack_launch, conv), operands, workspace=cdiv(size, 256) * 256, choice=choice.label)
 
 
 def _direct_plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Plan:
     p, dtype = problem, np.dtype(problem.dtype)
     opt, r = choice.opt, vector_width(dtype)
     vec = opt if choice.coalesce and p.aligned and opt == r and p.ow % opt == 0 else 1
-    params = {"scalar_t": scalar_t(dtype), "unroll": choice.unroll, "THREADS": choice.threads, "OPT": opt,
-              "VEC_OUT": vec, "bias": p.bias, "relu": p.relu, **_window(p)}
+    params = epilogue.add({"scalar_t": scalar_t(dtype), "unroll": choice.unroll, "THREADS": choice.threads,
+                           "OPT": opt, "VEC_OUT": vec, "bias": p.bias, "relu": p.relu, **_window(p)},
+                          p.epilogue, scalar_t(dtype))
+    operands, extra, _ = fused(p)
     readable = f"conv2d_direct_{dtype_tag(dtype)}_{_window_tag(p)}_{choice.label}_v{vec}"
     spec = pipeline.make_spec(DIRECT_TEMPLATE, "conv2d_direct", readable, params, choice.opts)
     owg = cdiv(p.ow, opt)
     total = p.n * p.k * p.oh * owg
     args = (ptr(0), ptr(1), *((ptr(2),) if p.bias else ()), ptr(3), i32(p.c), i32(p.h), i32(p.w), i32(p.k),
-            i32(p.oh), i32(p.ow), i32(p.cg), i32(p.kg), i32(owg), i64(total))
+            i32(p.oh), i32(p.ow), i32(p.cg), i32(p.kg), i32(owg), i64(total), *extra)
     launch = KernelLaunch(spec, (min(cdiv(total, choice.threads), 1 << 20),), (choice.threads,), args,
                           units=UNITS[p.dtype, False])
-    return Plan((launch,), ("x", "weight", "bias", "y"), choice=choice.label)
+    return Plan((launch,), operands, choice=choice.label)
 
 
 def problems() -> list[ConvProblem]:

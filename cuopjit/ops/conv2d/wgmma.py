@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from ...build import pipeline
 from ...run.plan import KernelLaunch, Plan, i32, i64, ptr
 from ...target import Target
+from .. import epilogue
 from ..base import cdiv
 from ..gemm.wgmma import Warpgroups
 
@@ -156,7 +157,9 @@ def plan(problem, choice: WgmmaConvChoice, target: Target) -> Plan:
     for size in (wsize, wsize if c.split else 0, xsize, xsize if c.lo_copy else 0):
         offs.append(top)
         top += cdiv(size, 1024) * 1024
-    w_hi, w_lo, x_nhwc, x_lo = (ptr(4, o) for o in offs)
+    operands = ("x", "weight", "bias", "y", *epilogue.operand_names(p.epilogue))   # then the workspace
+    ws = len(operands)
+    w_hi, w_lo, x_nhwc, x_lo = (ptr(ws, o) for o in offs)
     if not c.split:
         w_lo = w_hi
     x_parts = (x_nhwc, x_lo) if c.lo_copy else (x_nhwc,)
@@ -180,11 +183,12 @@ def plan(problem, choice: WgmmaConvChoice, target: Target) -> Plan:
               "LO_COPY": c.lo_copy, "SH": p.sh, "SW": p.sw, "PH": p.ph, "PW": p.pw, "DH": p.dh, "DW": p.dw,
               "bias": p.bias, "relu": p.relu, "VEC_OUT": vec,
               "CONSUMER_REGS": REGS[c.consumers]}
+    epilogue.add(params, p.epilogue, "float")
     name = (f"conv2d_{tag}_s{p.sh}x{p.sw}_p{p.ph}x{p.pw}" + (f"_d{p.dh}x{p.dw}" if (p.dh, p.dw) != (1, 1) else "")
-            + ("_bias" if p.bias else "") + ("_relu" if p.relu else "") + f"_{c.label}_v{vec}")
+            + ("_bias" if p.bias else "") + ("_relu" if p.relu else "") + f"_{c.label}_v{vec}" + epilogue.tag(p.epilogue))
     spec = pipeline.make_spec(TEMPLATE, "conv2d_wgmma", name, params, c.opts, arch_specific=True)
-    args = (*x_parts, w_hi, w_lo, *((ptr(2),) if p.bias else ()), ptr(3), ptr(4), i32(p.n), i32(cp), i32(p.h),
-            i32(p.w), i32(p.k), i32(p.oh), i32(p.ow))
+    args = (*x_parts, w_hi, w_lo, *((ptr(2),) if p.bias else ()), ptr(3), ptr(ws), i32(p.n), i32(cp), i32(p.h),
+            i32(p.w), i32(p.k), i32(p.oh), i32(p.ow), *epilogue.args(p.epilogue, 4))
     launches.append(KernelLaunch(spec, (grid,), (c.threads,), args,
                                  shared=smem_bytes(c.consumers, c.qn, c.stages, c.split), units=UNITS[c.split]))
-    return Plan(tuple(launches), ("x", "weight", "bias", "y"), workspace=top, choice=c.label)
+    return Plan(tuple(launches), operands, workspace=top, choice=c.label)

@@ -5,7 +5,8 @@ broadcast as NumPy does; the trailing batch dimensions where every operand eithe
 batch or is broadcast over it (a batch of 1) become ONE batched GEMM launch (gemm.cu.jinja's
 `batched`: blockIdx.z picks the entry, stride 0 broadcasts); only leading dimensions broadcast in
 mixed ways (A [3, 1, m, k] @ B [1, 4, k, n]) add a launch per outer index, planned once. The JITConfig
-fields act as in the GEMM family (cuopjit/ops/gemm_plans.py).
+fields act as in the GEMM family (cuopjit/ops/gemm_plans.py). `set_epilogue` (cuopjit/ops/epilogue_operator.py)
+applies a user epilogue where C is stored (acc = A @ B; operands' kinds against C's shape).
 """
 from __future__ import annotations
 
@@ -16,13 +17,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...config import ConfigSnapshot
+from ...expr import FULL, PER_ROW
 from ...run.plan import Arg, Family, KernelLaunch, Plan, ptr
 from ...target import Target
 from ...tensor import Tensor
 from . import plans as gemm_plans
+from .. import epilogue
 from ..base import Operator, vector_width
+from ..epilogue_operator import Fusable
 
-GEMM_WORKSPACE = 3   # a GEMM plan's workspace pointer: after its operands a, b, c
 
 
 @dataclass(frozen=True)
@@ -37,15 +40,16 @@ class MatMulProblem:
 
 
 def retarget(launch: KernelLaunch, pointers: tuple, workspace: Arg | None = None) -> KernelLaunch:
-    """A GEMM plan's launch run on other A, B, C pointers: each `ptr` argument naming operand 0, 1 or 2 moves
-    to pointers[i] (offsets add up); `workspace` (a `ptr`) moves the GEMM plan's own workspace (pointer
-    index 3) into the caller's plan. Other arguments are kept."""
+    """A GEMM plan's launch run on other pointers: each `ptr` argument naming one of the plan's operands (a, b, c
+    and an epilogue's, one `ptr` each in `pointers`) moves to pointers[i] (offsets add up); `workspace` (a `ptr`)
+    moves the GEMM plan's own workspace (the pointer after its operands) into the caller's plan. Other
+    arguments are kept."""
     def move(a: Arg) -> Arg:
         if a.kind != "ptr":
             return a
-        if a.value < 3:
+        if a.value < len(pointers):
             return ptr(pointers[a.value].value, pointers[a.value].offset + a.offset)
-        if workspace is not None and a.value == GEMM_WORKSPACE:
+        if workspace is not None and a.value == len(pointers):
             return ptr(workspace.value, workspace.offset + a.offset)
         return a
     return dataclasses.replace(launch, args=tuple(move(a) for a in launch.args))
@@ -62,8 +66,13 @@ def plan(problem: MatMulProblem, choice: gemm_plans.GemmChoice, target: Target) 
     base = gemm_plans.plan(problem.gemm, choice, target)
     if problem.outer == ((0, 0, 0),):
         return base
-    size = np.dtype(problem.dtype).itemsize
-    launches = [retarget(launch, tuple(ptr(i, off * size) for i, off in enumerate(offsets)))
+    size, g = np.dtype(problem.dtype).itemsize, problem.gemm
+    kinds = epilogue.kinds_of(g.epilogue)
+
+    def moved(kind: str, c: int) -> int:   # an epilogue operand moves with C: output-shaped by C's offset, per row
+        return c * size if kind == FULL else c // g.n * size if kind == PER_ROW else 0   # by its rows
+    launches = [retarget(launch, tuple(ptr(i, off * size) for i, off in enumerate(offsets))
+                         + tuple(ptr(3 + k, moved(kind, offsets[2])) for k, kind in enumerate(kinds)))
                 for offsets in problem.outer for launch in base.launches]
     return Plan(tuple(launches), base.operands, workspace=base.workspace, choice=base.choice)
 
@@ -92,14 +101,16 @@ FAMILY = Family("matmul", choices, plan, problems)
 BATCH_FAMILY = Family("batchmatmul", choices, plan, batch_problems)
 
 
-class MatMul(Operator):
-    """C = A @ B (NumPy `matmul`): `forward(A, B, C)` writes C and returns it.
+class MatMul(Fusable, Operator):
+    """C = A @ B (NumPy `matmul`): `forward(A, B, C, **operands)` writes C and returns it.
 
     2-D operands are a GEMM; more dimensions batch and broadcast; a 1-D A (B) is a row (column) whose
-    dimension C drops, as in NumPy. C must have the broadcast shape exactly.
+    dimension C drops, as in NumPy. C must have the broadcast shape exactly. `set_epilogue(expr, **bound)`:
+    C = expr over acc, c and operands.
     """
 
     family = FAMILY
+    forward_names = ("a", "b", "c")
 
     def bind(self, a: Tensor, b: Tensor, c: Tensor) -> tuple:
         return (a.plan_key, b.plan_key, c.plan_key), (a.ptr, b.ptr, c.ptr), c
@@ -110,7 +121,7 @@ class MatMul(Operator):
             raise ValueError(f"{name}: a has shape {list(a.shape)} and b has shape {list(b.shape)}: "
                              "matmul needs at least 1-D operands")
 
-    def problem(self, a: Tensor, b: Tensor, c: Tensor) -> MatMulProblem | None:
+    def problem(self, a: Tensor, b: Tensor, c: Tensor, **operands) -> MatMulProblem | None:
         name = type(self).__name__
         for label, t in (("a", a), ("b", b), ("c", c)):
             self.check_operand(label, t)
@@ -130,15 +141,19 @@ class MatMul(Operator):
         if tuple(c.shape) != want:
             raise ValueError(f"{name}: c has shape {list(c.shape)}, expected {list(want)} "
                              f"(a {list(a.shape)} @ b {list(b.shape)})")
+        fused = self.epilogue_key(c.shape, operands, vectors=a.ndim > 1 and b.ndim > 1)
         if c.size == 0:
             return None
         vec = vector_width(self.dtype)
         aligned = ((a.ptr | b.ptr | c.ptr) & 15) == 0 and k % vec == 0 and n % vec == 0
-        return _plan_batch(self.dtype.name, batch, sa, sb, m, n, k, aligned)
+        found = _plan_batch(self.dtype.name, batch, sa, sb, m, n, k, aligned)
+        return dataclasses.replace(found, gemm=dataclasses.replace(found.gemm, epilogue=fused)) if fused else found
 
-    def work(self, a: Tensor, b: Tensor, c: Tensor) -> tuple[float, float]:
+    def work(self, a: Tensor, b: Tensor, c: Tensor, **operands) -> tuple[float, float]:
         k = a.shape[-1]
-        return 2.0 * c.size * k, float((a.size + b.size + c.size) * self.dtype.itemsize)
+        reads_c = self._fused is not None and "c" in self._fused.names
+        return 2.0 * c.size * k, float((a.size + b.size + c.size * (2 if reads_c else 1)) * self.dtype.itemsize
+                                       + self.epilogue_bytes(operands))
 
 
 def _plan_batch(dt: str, batch: tuple, sa: tuple, sb: tuple, m: int, n: int, k: int, aligned: bool) -> MatMulProblem:

@@ -1,4 +1,5 @@
-"""GemmFloat / GemmDouble: C = alpha * op(A) @ op(B) + beta * C, row-major, any M, N, K >= 0."""
+"""GemmFloat / GemmDouble: C = alpha * op(A) @ op(B) + beta * C, row-major, any M, N, K >= 0; or a user epilogue
+(`set_epilogue`, cuopjit/ops/epilogue_operator.py) over acc = alpha * op(A) @ op(B), the old C and operands."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,16 +7,19 @@ import numpy as np
 from ...tensor import Tensor
 from . import plans as gemm_plans
 from ..base import Operator, vector_width
+from ..epilogue_operator import Fusable
 from ..params import ScaledProduct
 
 
-class Gemm(ScaledProduct, Operator):
-    """General matrix multiply. `set_weight(B)` fixes B; `forward(A, C)` writes C and returns it.
+class Gemm(Fusable, ScaledProduct, Operator):
+    """General matrix multiply. `set_weight(B)` fixes B; `forward(A, C, **operands)` writes C and returns it.
 
-    K = 0 gives C = beta * C (C = 0 when beta is 0); M or N = 0 launches nothing.
+    K = 0 gives C = beta * C (C = 0 when beta is 0; with an epilogue, acc = 0); M or N = 0 launches nothing.
+    `set_epilogue(expr, **bound)`: C = expr over acc, c and operands (bias [N] per column, [M, 1] per row, ...).
     """
 
     family = gemm_plans.FAMILY
+    forward_names = ("a", "c")
 
     def __init__(self, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0, beta: float = 0.0):
         super().__init__()
@@ -43,7 +47,7 @@ class Gemm(ScaledProduct, Operator):
     def bind(self, a: Tensor, c: Tensor) -> tuple:
         return (a.plan_key, c.plan_key, self._state), (a.ptr, self._weight.ptr, c.ptr), c
 
-    def problem(self, a: Tensor, c: Tensor) -> gemm_plans.GemmProblem | None:
+    def problem(self, a: Tensor, c: Tensor, **operands) -> gemm_plans.GemmProblem | None:
         name = type(self).__name__
         b = self._weight
         if b is None:
@@ -59,19 +63,21 @@ class Gemm(ScaledProduct, Operator):
         if tuple(c.shape) != (m, n):
             raise ValueError(f"{name}: c has shape {list(c.shape)}, expected {[m, n]} "
                              f"(a {list(a.shape)} @ weight {list(b.shape)})")
+        fused = self.epilogue_key((m, n), operands)
         if m == 0 or n == 0:
             return None
         vec = vector_width(self.dtype)
         lda, ldb, ldc = a.shape[1], b.shape[1], n
         aligned = ((a.ptr | b.ptr | c.ptr) & 15) == 0 and lda % vec == 0 and ldb % vec == 0 and ldc % vec == 0
         return gemm_plans.GemmProblem(self.dtype.name, m, n, k, self._trans_a, self._trans_b, aligned,
-                                        self._alpha, self._beta, lda, ldb, ldc)
+                                        self._alpha, self._beta, lda, ldb, ldc, epilogue=fused)
 
-    def work(self, a: Tensor, c: Tensor) -> tuple[float, float]:
+    def work(self, a: Tensor, c: Tensor, **operands) -> tuple[float, float]:
         m, n = c.shape
         k = a.shape[0] if self._trans_a else a.shape[1]
-        return 2.0 * m * n * k, float((a.size + self._weight.size + c.size * (2 if self._beta else 1))
-                                      * self.dtype.itemsize)
+        reads_c = self._beta if self._fused is None else "c" in self._fused.names
+        return 2.0 * m * n * k, float((a.size + self._weight.size + c.size * (2 if reads_c else 1))
+                                      * self.dtype.itemsize + self.epilogue_bytes(operands))
 
 
 class GemmFloat(Gemm):

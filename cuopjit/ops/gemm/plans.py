@@ -16,6 +16,8 @@ tensor-core work goes to the wgmma kernel instead (gemm_wgmma.py: TMA, warp-spec
 persistent; TF32 or 3xTF32) wherever it takes the problem (aligned, not A^T @ B, batch strides in
 16-byte steps, K > 0) and the config's tile_size / block_size are ones it builds; `uses_wgmma` is the
 rule. The JITConfig fields' effects are in the package docstring (cuopjit/ops/gemm/__init__.py).
+A user epilogue (GemmProblem.epilogue, cuopjit/ops/epilogue.py) replaces alpha * acc + beta * C where each
+kernel stores C (split-K: once, in the reduction); its operands follow a, b, c, then comes the workspace.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from ...config import ConfigSnapshot
 from ...run.plan import Family, KernelLaunch, Plan, i32, i64, ptr, scalar
 from ...target import Target
 from . import shapes, splitk, wgmma as gemm_wgmma
+from .. import epilogue
 from ..base import cdiv, dtype_tag, scalar_t, vector_width
 from .heuristics import auto_simt, pipeline_fields, split_for
 from .problem import GemmChoice, GemmProblem, packed
@@ -174,13 +177,15 @@ def plan(problem: GemmProblem, choice, target: Target) -> Plan:
     splits, chunk = split_k(problem, choice)
     if splits > 1:
         params["split_k"] = True
+    fused = problem.epilogue if splits == 1 else ""     # split-K: the reduction applies it, once
+    epilogue.add(params, fused, scalar_t(dtype))
     ops = ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
     kind = f"{'tf32' if name == 'float32' else 'dmma'}_{s.layout}" if s.mma else s.layout
     depth = f"_s{choice.stages}" if choice.stages > 1 else ""
     readable = (f"gemm_{dtype_tag(dtype)}_t{s.bm}x{s.bn}x{s.bk}_{kind}{depth}_{ops}_v{vec}"
                 + ("" if choice.pad else "_nopad") + ("" if choice.unroll else "_nounroll")
                 + ("" if choice.raster == "row" else f"_{choice.raster}") + ("_swap" if swap else "")
-                + ("_batched" if problem.batch > 1 else "") + ("_splitk" if splits > 1 else ""))
+                + ("_batched" if problem.batch > 1 else "") + ("_splitk" if splits > 1 else "") + epilogue.tag(fused))
     shared = 0
     if choice.stages > 1:
         shared = shapes.async_smem(s, name, choice.stages)
@@ -203,16 +208,18 @@ def plan(problem: GemmProblem, choice, target: Target) -> Plan:
         params["min_blocks"] = 2 if name == "float32" and s.threads == 256 else 1
         params.update({"WARPS_M": s.tm, "WARPS_N": s.tn, "WARPS_K": s.wk} if s.mma else {"TM": s.tm, "TN": s.tn})
         spec = pipeline.make_spec(TEMPLATE, "gemm", readable, params, choice.opts)
+    operands = ("a", "b", "c", *epilogue.operand_names(problem.epilogue))
+    extra, ws = epilogue.args(problem.epilogue, 3), len(operands)
     if splits == 1:
-        return Plan((launch(problem, spec, s, (ptr(0), ptr(1), ptr(2)), shared, swap),), ("a", "b", "c"),
+        return Plan((launch(problem, spec, s, (ptr(0), ptr(1), ptr(2)), shared, swap, extra),), operands,
                     choice=choice.label)
     # Split-K: the partial products (alpha applied, beta 0) into the workspace, M x N each, then their sum.
     size = problem.m * problem.n
-    part = launch(dataclasses.replace(problem, ldc=problem.n, beta=0.0), spec, s, (ptr(0), ptr(1), ptr(3)), shared)
+    part = launch(dataclasses.replace(problem, ldc=problem.n, beta=0.0), spec, s, (ptr(0), ptr(1), ptr(ws)), shared)
     part = dataclasses.replace(part, grid=(*part.grid[:2], splits), args=(*part.args, i32(chunk), i64(size)))
-    sums = splitk.reduce_launch(dtype, ptr(3), ptr(2), problem.m, problem.n, problem.ldc, splits, problem.beta, target,
-                                UNITS[problem.dtype, False], choice.unroll, choice.opts)
-    return Plan((part, sums), ("a", "b", "c"), workspace=splits * size * dtype.itemsize, choice=choice.label)
+    sums = splitk.reduce_launch(dtype, ptr(ws), ptr(2), problem.m, problem.n, problem.ldc, splits, problem.beta,
+                                target, UNITS[problem.dtype, False], choice.unroll, choice.opts, problem.epilogue, extra)
+    return Plan((part, sums), operands, workspace=splits * size * dtype.itemsize, choice=choice.label)
 
 
 def split_k(problem: GemmProblem, choice: GemmChoice) -> tuple[int, int]:
@@ -235,10 +242,10 @@ def swapped(problem: GemmProblem, choice: GemmChoice, vec: int) -> bool:
 
 
 def launch(problem: GemmProblem, spec: pipeline.KernelSpec, s: shapes.Shape, pointers: tuple,
-           shared: int = 0, swap: bool = False) -> KernelLaunch:
+           shared: int = 0, swap: bool = False, extra: tuple = ()) -> KernelLaunch:
     """The launch of `spec` (planned for `problem`) on A, B, C = `pointers`: batches past 65535 (grid z) go to x.
     `shared`: dynamic shared memory (the cp.async kernel's stages); `swap`: the kernel computes C^T, so its
-    block tiles run over (n, m)."""
+    block tiles run over (n, m); `extra`: the epilogue's arguments, last."""
     dtype = np.dtype(problem.dtype)
     args = (*pointers, i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
             i32(problem.ldb), i32(problem.ldc), scalar(dtype, problem.alpha), scalar(dtype, problem.beta))
@@ -249,7 +256,7 @@ def launch(problem: GemmProblem, spec: pipeline.KernelSpec, s: shapes.Shape, poi
         args += (i64(problem.stride_a), i64(problem.stride_b), i64(problem.stride_c), i32(problem.batch),
                  i32(tiles_n))
     grid = (tiles_n * cdiv(problem.batch, grid_z), cdiv(rows, s.bm), grid_z)
-    return KernelLaunch(spec, grid, (s.threads,), args, shared=shared, units=UNITS[problem.dtype, s.mma])
+    return KernelLaunch(spec, grid, (s.threads,), (*args, *extra), shared=shared, units=UNITS[problem.dtype, s.mma])
 
 
 # The old specs() shapes: large and small square problems (aligned), odd ones (unaligned).

@@ -14,7 +14,8 @@ _PIPELINE = (("stages", 1), ("raster", "row"), ("cluster", (1, 1)), ("split_k", 
 class GemmProblem:
     """One GEMM call, or `batch` of them in one launch. `aligned`: A, B, C 16-byte aligned and lda, ldb,
     ldc (and the batch strides) multiples of 16 bytes. Batch entry z reads A + z * stride_a, B + z * stride_b
-    and writes C + z * stride_c (elements; stride 0 broadcasts one matrix over the batch)."""
+    and writes C + z * stride_c (elements; stride 0 broadcasts one matrix over the batch). `epilogue`: a user
+    epilogue's key (cuopjit/ops/epilogue.py; its operands follow a, b, c) instead of alpha * acc + beta * C."""
     dtype: str
     m: int
     n: int
@@ -31,6 +32,7 @@ class GemmProblem:
     stride_a: int = 0
     stride_b: int = 0
     stride_c: int = 0
+    epilogue: str = ""
 
 
 def packed(dtype: str, m: int, n: int, k: int, trans_a: bool = False, trans_b: bool = False,

@@ -36,6 +36,7 @@ from ...build import pipeline
 from ...run.plan import KernelLaunch, Plan, i32, i64, ptr, scalar
 from ...target import Target
 from . import tf32x3 as gemm_split
+from .. import epilogue
 from ..base import cdiv
 
 TEMPLATE = "gemm/gemm_wgmma.cu.jinja"
@@ -243,29 +244,34 @@ def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
         "MIN_BLOCKS": choice.per_sm, "SETMAXNREG": True, "CONSUMER_REGS": regs, "BATCHED": problem.batch > 1,
         "C_PAIRS": pairs, "CLUSTER": choice.cluster,
     }
+    epilogue.add(params, problem.epilogue, "float")
     # 3xTF32 multiplies the K-major parts (P = A, Q = B^T) whatever the layout the operands are stored in
     ops = "nt" if choice.split else ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
     name = (f"gemm_f32_{choice.label}_{ops}" + ("" if pairs else "_unaligned")
-            + ("_batched" if problem.batch > 1 else ""))
+            + ("_batched" if problem.batch > 1 else "") + epilogue.tag(problem.epilogue))
     spec = pipeline.make_spec(TEMPLATE, "gemm_wgmma", name, params, choice.opts, arch_specific=True)
     grid = choice.cluster * min(units(problem, choice), target.sm_count * choice.per_sm // choice.cluster)
     maps = grid * MAP_BYTES * (2 if choice.split else 1)
     scalars = (scalar("float32", problem.alpha), scalar("float32", problem.beta))
     cl = (choice.cluster, 1, 1)
     shared = smem_bytes(choice.consumers, choice.qn, choice.stages, choice.split)
+    # a user epilogue's operands follow a, b, c (its arguments come last); the workspace follows them
+    operands = ("a", "b", "c", *epilogue.operand_names(problem.epilogue))
+    extra, ws = epilogue.args(problem.epilogue, 3), len(operands)
     if not choice.split:
-        args = (ptr(0), ptr(1), ptr(2), ptr(3), i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
+        args = (ptr(0), ptr(1), ptr(2), ptr(ws), i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
                 i32(problem.ldb), i32(problem.ldc), *scalars)
         if problem.batch > 1:
             args += (i64(problem.stride_a), i64(problem.stride_b), i64(problem.stride_c), i32(problem.batch))
-        launch = KernelLaunch(spec, (grid,), (choice.threads,), args, shared=shared, cluster=cl, units=UNITS[False])
-        return Plan((launch,), ("a", "b", "c"), workspace=maps, choice=choice.label)
+        launch = KernelLaunch(spec, (grid,), (choice.threads,), (*args, *extra), shared=shared, cluster=cl,
+                              units=UNITS[False])
+        return Plan((launch,), operands, workspace=maps, choice=choice.label)
     lay = gemm_split.SplitLayout.of(problem, maps)
-    args = (ptr(3, lay.p_hi), ptr(3, lay.q_hi), ptr(2), ptr(3), i32(problem.m), i32(problem.n), i32(problem.k),
+    args = (ptr(ws, lay.p_hi), ptr(ws, lay.q_hi), ptr(2), ptr(ws), i32(problem.m), i32(problem.n), i32(problem.k),
             i32(lay.ld), i32(lay.ld), i32(problem.ldc), *scalars)
     if problem.batch > 1:
         args += (i64(lay.stride_p), i64(lay.stride_q), i64(problem.stride_c), i32(problem.batch))
-    args += (i64(lay.lo_p), i64(lay.lo_q))
-    prep = gemm_split.launches(problem, lay, choice.unroll, choice.opts, 3)
+    args += (i64(lay.lo_p), i64(lay.lo_q), *extra)
+    prep = gemm_split.launches(problem, lay, choice.unroll, choice.opts, ws)
     launch = KernelLaunch(spec, (grid,), (choice.threads,), args, shared=shared, cluster=cl, units=UNITS[True])
-    return Plan((*prep, launch), ("a", "b", "c"), workspace=lay.end, choice=choice.label)
+    return Plan((*prep, launch), operands, workspace=lay.end, choice=choice.label)

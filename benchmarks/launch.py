@@ -73,7 +73,7 @@ def typed_args(launch, pointers):
 
 def graph_replay_us(op, args, kernels_per_graph: int = 100, replays: int = 200) -> float:
     """Host microseconds per kernel of replaying a captured graph of `kernels_per_graph` forwards."""
-    with cuopjit.device.graph() as g:
+    with cuopjit.graph() as g:
         for _ in range(kernels_per_graph):
             op.forward(*args)
     g.replay()

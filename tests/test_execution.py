@@ -116,7 +116,7 @@ def _pipeline(rng):
 
 def test_graph_replays_on_new_data(rng):
     a, y, run, ref = _pipeline(rng)
-    with cuopjit.device.graph() as g:      # cold: kernels are built and loaded during the (relaxed) capture
+    with cuopjit.graph() as g:      # cold: kernels are built and loaded during the (relaxed) capture
         run()
     for _ in range(2):
         a_np = rng.standard_normal(a.shape).astype(np.float32)
@@ -128,8 +128,8 @@ def test_graph_replays_on_new_data(rng):
 
 
 def test_graph_refuses_a_tensor_created_inside():
-    with pytest.raises(RuntimeError, match="cannot be created inside `with cuopjit.device.graph"):
-        with cuopjit.device.graph():
+    with pytest.raises(RuntimeError, match="cannot be created inside `with cuopjit.graph"):
+        with cuopjit.graph():
             cuopjit.zeros([4])
 
 

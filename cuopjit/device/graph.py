@@ -1,4 +1,4 @@
-"""CUDA graphs: `with cuopjit.device.graph() as g:` captures forwards, `g.replay()` reruns them.
+"""CUDA graphs: `with cuopjit.graph() as g:` captures forwards, `g.replay()` reruns them.
 
 Inside the block forwards run on the graph's capture stream (relaxed capture mode, so a forward
 that still has to build or load its kernel may do so: that happens once, at capture). Replays
@@ -15,7 +15,7 @@ from . import driver, streams
 from ..errors import ExecutionError, check
 
 class Graph:
-    """A captured sequence of forwards; build it with `cuopjit.device.graph()`."""
+    """A captured sequence of forwards; build it with `cuopjit.graph()`."""
 
     def __init__(self, device: int | None = None):
         self.stream = streams.Stream(device)
@@ -26,7 +26,7 @@ class Graph:
 
     def __enter__(self) -> "Graph":
         if self._exec is not None:
-            raise RuntimeError("this graph is already captured: make a new cuopjit.device.graph() to capture again")
+            raise RuntimeError("this graph is already captured: make a new cuopjit.graph() to capture again")
         drv = driver.api()
         driver.get_device(self.stream.device)
         check(drv.cuStreamBeginCapture(self.stream.handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
@@ -55,7 +55,7 @@ class Graph:
     def replay(self, stream: Any = None) -> None:
         """Run the captured forwards again on `stream` (default: the current stream), on the buffers' new data."""
         if self._exec is None:
-            raise RuntimeError("nothing captured yet: use `with cuopjit.device.graph() as g:` around forwards first")
+            raise RuntimeError("nothing captured yet: use `with cuopjit.graph() as g:` around forwards first")
         check(driver.api().cuGraphLaunch(self._exec, streams.handle(stream)), "cuGraphLaunch")
 
     def __del__(self) -> None:
@@ -70,5 +70,5 @@ class Graph:
 
 
 def graph(device: int | None = None) -> Graph:
-    """A new graph to capture into: `with cuopjit.device.graph() as g: ...; g.replay()`."""
+    """A new graph to capture into: `with cuopjit.graph() as g: ...; g.replay()`."""
     return Graph(device)

@@ -56,8 +56,8 @@ def allocate(nbytes: int, ordinal: int, stream: int = 0) -> int:
         return 0
     drv = driver.api()
     _pool(ordinal)
-    if stream == 0 and streams.local.relaxed_capture:   # inside `with cuopjit.device.graph()`
-        raise RuntimeError("a tensor cannot be created inside `with cuopjit.device.graph()`: the allocation would break "
+    if stream == 0 and streams.local.relaxed_capture:   # inside `with cuopjit.graph()`
+        raise RuntimeError("a tensor cannot be created inside `with cuopjit.graph()`: the allocation would break "
                            "the capture. Create every tensor the captured forwards use before the block")
     if _caps and ordinal in _caps:
         _check_cap(nbytes, ordinal)

@@ -17,7 +17,7 @@ from ..errors import check
 class _Current(threading.local):
     """Per-thread state; the class attributes are every new thread's defaults (no attribute miss)."""
     stream = 0                 # the current stream's handle
-    relaxed_capture = False    # inside `with cuopjit.device.graph()`
+    relaxed_capture = False    # inside `with cuopjit.graph()`
 
 
 local = _Current()                # this thread's current stream (`local.stream`), read on every forward
@@ -126,7 +126,7 @@ def check_not_capturing(s: int, op: str) -> None:
 
 
 def set_relaxed_capture(on: bool) -> bool:
-    """cuopjit.device.graph() captures in relaxed mode, where loading a kernel during capture is allowed; returns
+    """cuopjit.graph() captures in relaxed mode, where loading a kernel during capture is allowed; returns
     the previous value (for nested blocks to restore)."""
     previous, local.relaxed_capture = local.relaxed_capture, on
     return previous

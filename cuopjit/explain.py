@@ -26,6 +26,7 @@ from .listing import target_for
 from .recipes import SHAPES, build, fake_maker, gpu_maker
 from .ops import FAMILIES
 from .prewarm import check_ops
+from .operands import operands
 
 _MAX_BLOCKS_PER_SM = {80: 32, 86: 16, 89: 24, 90: 32, 100: 32, 120: 32}
 _SMEM_RESERVED_PER_BLOCK = 1024   # bytes the driver keeps per resident block (sm_80 and newer)
@@ -181,6 +182,9 @@ def explain(op: Any, *args: Any, arch: str | None = None, measure: bool = True, 
     """Explain `op.forward(*args, **kwargs)`: the kernel chosen and why, its resources, occupancy and,
     on the live GPU (no `arch`), its measured time against the roofline. Arguments are checked as forward does."""
     operator, settings = _unwrap(op)
+    swapped = operands(args, kwargs)       # torch / CuPy / JAX arrays, read as Tensor views
+    if swapped is not None:
+        args, kwargs = swapped[0], swapped[1]
     problem = operator.problem(*args, **kwargs)
     t, live = target_for(arch)
     name = type(operator).__name__

@@ -25,6 +25,7 @@ from .prewarm import module_key
 from .recipes import placeholder
 from .run.plan import EMPTY, KernelLaunch, Plan
 from .target import Target, named, of_device
+from .operands import operands
 
 WHAT = ("cuda", "ptx", "sass")
 _KEYS = {"cuda": "source", "ptx": "ptx", "sass": "sass"}
@@ -64,6 +65,9 @@ def plan_of(operator: Operator, settings: RunSettings, args: tuple, kwargs: dict
     On the live GPU with real tensors this is forward's own choice (a tuning record, or auto-tuning, included);
     otherwise the family's first choice for the target. Arguments are checked as forward checks them."""
     target, live = target_for(arch)
+    swapped = operands(args, kwargs)       # torch / CuPy / JAX arrays, read as Tensor views
+    if swapped is not None:
+        args, kwargs = swapped[0], swapped[1]
     args, kwargs, real = placeholders(args, kwargs, operator.dtype)
     problem = operator.problem(*args, **kwargs)
     if problem is None:

@@ -208,10 +208,8 @@ class KernelCache:
 
     def invalidate(self, spec: EntrySpec, reason: str) -> None:
         """The driver rejected this cubin: move the entry aside, count it, warn once; the next lookup rebuilds.
-
-        An entry of a read-only layer cannot be moved: a tombstone record in the writable layer makes
-        every later process skip the read-only layers for this key.
-        """
+        An entry of a read-only layer cannot be moved: a tombstone record in the writable layer makes every
+        later process skip the read-only layers for this key."""
         with self._guards.setdefault(spec.key, threading.Lock()):
             self._memory.pop(spec.key, None)
             origin = self._origin.pop(spec.key, None) or self.layer

@@ -1,20 +1,19 @@
 """BatchNormFloat / BatchNormDouble (cuOP semantics, PyTorch numerics).
 
-BatchNorm normalises each channel (dimension 1) of an N x C (x H x W ...) input. `training` is
-False by default (use running_mean/running_var, as `model.eval()`); `train()` / `eval()` or
-`bn.training = True` switch it. Training computes the batch mean and biased variance per channel
-over N, H, W, normalises with them, and updates running_mean/running_var in place with
-`momentum` (running_var takes the unbiased variance), as torch.nn.BatchNorm2d. Parameters not set
-default to gamma=1, beta=0, running_mean=0, running_var=1 (created on the first forward).
+BatchNorm normalises each channel (dimension 1) of an N x C (x H x W ...) input. `training` is False by default
+(use running_mean/running_var, as `model.eval()`); `train()` / `eval()` or `bn.training = True` switch it.
+Training computes the batch mean and biased variance per channel over N, H, W, normalises with them, and updates
+running_mean/running_var in place with `momentum` (running_var takes the unbiased variance), as
+torch.nn.BatchNorm2d. Parameters not set default to gamma=1, beta=0, running_mean=0, running_var=1 (created on
+the first forward).
 
 Kernels (templates/batchnorm/batchnorm.cu.jinja): inference is one `apply` launch; training is `stats`
-(per-(channel, split) partials: per-plane, 16-byte loads and shifted sums; flat, Welford), `finalize`
-(a warp per channel: batch statistics, running update) and `apply` (per-plane: tiles in reverse
-order, so what stats read last is re-read from L2 first; an x that fits in L2 is re-read from L2
-entirely), with the partials and the batch mean/variance in one plan workspace. Per-plane training
-folds the finalize into the apply (FOLD_FINALIZE: each apply block combines its channel's splits,
-one block per channel updates the running statistics): two launches. How each JITConfig
-field changes the code:
+(per-(channel, split) partials: per-plane, 16-byte loads and shifted sums; flat, Welford), `finalize` (a warp
+per channel: batch statistics, running update) and `apply` (per-plane: tiles in reverse order, so what stats
+read last is re-read from L2 first; an x that fits in L2 is re-read from L2 entirely), with the partials and the
+batch mean/variance in one plan workspace. Per-plane training folds the finalize into the apply (FOLD_FINALIZE:
+each apply block combines its channel's splits, one block per channel updates the running statistics): two
+launches. How each JITConfig field changes the code:
 
     kernel_type               "simple": the flat apply kernel (one element per thread per
                               grid-stride step, channel and scale computed per element); every
@@ -26,8 +25,7 @@ field changes the code:
     enable_shared_memory_opt  per-plane apply and stats kernels (scale/shift computed once per tile of
                               one (n, c) plane) vs the flat kernels
     enable_memory_coalescing  16-byte accesses in the per-plane kernels (where pointers and H x W allow)
-    enable_loop_unroll        unroll pragmas
-    enable_tensor_core, enable_tma   nothing to use them for: ignored
+    enable_loop_unroll        unroll pragmas (enable_tensor_core, enable_tma: nothing to use them for)
 optimization_level and max_registers reach NVRTC.
 """
 from __future__ import annotations

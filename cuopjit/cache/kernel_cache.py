@@ -1,5 +1,4 @@
 """KernelCache: memory → read-only layers → writable layer → per-key lock → re-check → build → atomic store.
-
 Every entry is verified on load; a bad one is moved aside, counted, logged once and rebuilt.
 When nothing is writable the cache keeps working from memory and says so once.
 """

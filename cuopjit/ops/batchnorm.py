@@ -4,8 +4,7 @@ BatchNorm normalises each channel (dimension 1) of an N x C (x H x W ...) input.
 (use running_mean/running_var, as `model.eval()`); `train()` / `eval()` or `bn.training = True` switch it.
 Training computes the batch mean and biased variance per channel over N, H, W, normalises with them, and updates
 running_mean/running_var in place with `momentum` (running_var takes the unbiased variance), as
-torch.nn.BatchNorm2d. Parameters not set default to gamma=1, beta=0, running_mean=0, running_var=1 (created on
-the first forward).
+torch.nn.BatchNorm2d. Unset parameters default to gamma=1, beta=0, running_mean=0, running_var=1 (at first use).
 
 Kernels (templates/batchnorm/batchnorm.cu.jinja): inference is one `apply` launch; training is `stats`
 (per-(channel, split) partials: per-plane, 16-byte loads and shifted sums; flat, Welford), `finalize` (a warp

@@ -530,8 +530,8 @@ def test_architecture_errors_say_what_to_write(monkeypatch):
     cli = importlib.import_module("cuopjit.cli.main")   # the module: cuopjit.cli.main is the function
     from cuopjit.build import compiler
     monkeypatch.setenv("CUOPJIT_ARCH", "bogus!")
-    with pytest.raises(ValueError, match=r"^CUOPJIT_ARCH='bogus!' is not understood: write one architecture or a "
-                                         r"comma list, e.g. sm_80 or sm_80,sm_90$"):
+    with pytest.raises(ValueError, match=r"^CUOPJIT_ARCH bogus! is not a target this NVRTC \(\d+\.\d+\) knows: "
+                                         r"choose from sm_80, "):
         cli_args.archs_from(None)
     monkeypatch.setenv("CUOPJIT_ARCH", "")
     with pytest.raises(ValueError, match=r"^name the target architectures, e.g. --arch sm_80,sm_90 \(or set "

@@ -1,11 +1,13 @@
 """Other libraries' GPU arrays as operands: torch, CuPy, JAX, anything with DLPack or the CUDA Array Interface.
 
 `reader(cls)` gives, once per type, the function that reads an instance's key: (data pointer, shape,
-dtype token, device ordinal) for a C-contiguous array, None for one that is not; `reader` itself is None
+dtype token, device ordinal) for a C-contiguous array, the same plus its layout name for a channels_last or
+transposed one (cuopjit/layout.py), None for other strides; `reader` itself is None
 for types that hold no GPU array (numbers, None, cuopjit Tensors). A key is what a zero-copy view is
 cached under (cuopjit/operands.py), so a warm read is a handful of attribute reads and one dict probe:
 
-    torch     x.data_ptr(), x.shape, x.dtype, x.get_device(), x.is_contiguous()   (C calls; the CUDA Array
+    torch     x.data_ptr(), x.shape, x.dtype, x.get_device(), x.is_contiguous()   (C calls; x.stride() only
+              when not contiguous; the CUDA Array
               Interface would build a dict of Python ints, ~10x slower). Recognised by class (a base named
               Tensor in module torch), so cuopjit never imports torch.
     CuPy      x.data.ptr, x.shape, x.dtype, x.device.id, x.flags.c_contiguous
@@ -18,12 +20,16 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+import ml_dtypes
 import numpy as np
 
+from . import layout
 from .device import transfer
 
-DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-Key = tuple            # (pointer, shape, dtype token, device ordinal; -1: host memory)
+# what a Tensor holds; bfloat16 is ml_dtypes' NumPy type (np.dtype("bfloat16") once ml_dtypes is imported)
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+HELD = "float32, float64, float16 or bfloat16"
+Key = tuple            # (pointer, shape, dtype token, device ordinal; -1: host memory[, layout unless contiguous])
 Reader = Callable[[Any], Optional[Key]]
 
 # type -> its key reader, None for types that are no foreign arrays; filled by reader() and register() only
@@ -34,23 +40,25 @@ _CUDA_DEVICE_TYPES = (2, 3, 13)                 # DLPack kDLCUDA, kDLCUDAHost, k
 
 
 def _torch_key(x: Any) -> Key | None:
-    return (x.data_ptr(), x.shape, x.dtype, x.get_device()) if x.is_contiguous() else None
+    if x.is_contiguous():
+        return (x.data_ptr(), x.shape, x.dtype, x.get_device())
+    return _laid_out((x.data_ptr(), x.shape, x.dtype, x.get_device()), tuple(x.shape), x.stride())
 
 
 def _cupy_key(x: Any) -> Key | None:
-    return (x.data.ptr, x.shape, x.dtype, x.device.id) if x.flags.c_contiguous else None
+    if x.flags.c_contiguous:
+        return (x.data.ptr, x.shape, x.dtype, x.device.id)
+    return _laid_out((x.data.ptr, x.shape, x.dtype, x.device.id), x.shape,
+                     tuple(s // x.itemsize for s in x.strides))
 
 
-def _c_contiguous(shape: tuple, strides: tuple | None) -> bool:
-    """Strides (in elements) of a C-contiguous array; dimensions of extent 1 may have any stride."""
-    if strides is None or 0 in shape:
-        return True
-    expect = 1
-    for d, s in zip(reversed(shape), reversed(strides)):
-        if d != 1 and s != expect:
-            return False
-        expect *= d
-    return True
+def _laid_out(key: Key, shape: tuple, strides: tuple | None) -> Key | None:
+    """`key` for an array of these element strides: as it is when contiguous, with the layout's name appended
+    for channels_last or transposed, None for other strides."""
+    found = layout.of(shape, strides)
+    if found is None:
+        return None
+    return key if found == layout.CONTIGUOUS else key + (found,)
 
 
 def _generic_key(x: Any) -> Key | None:
@@ -64,7 +72,7 @@ def _generic_key(x: Any) -> Key | None:
         key = (int(view.ptr), shape, np.dtype(view.dtype), int(view.device_id))
     except Exception:  # not readable as a GPU array: why_not says so
         return None
-    return key if _c_contiguous(shape, None if strides is None else tuple(strides)) else None
+    return _laid_out(key, shape, None if strides is None else tuple(strides))
 
 
 def _named(cls: type, module: str, name: str) -> bool:
@@ -143,11 +151,11 @@ def why_not(x: Any) -> tuple[type[Exception], str]:
         if lib == "torch" and x.get_device() < 0:
             return TypeError, f"is a {x.device.type.upper()} tensor: pass a CUDA tensor (x.cuda())"
         if np_dtype(token) is None:
-            return TypeError, (f"is {dtype_name(token)}: cuopjit operators take float32 or float64 "
-                               "(convert with x.float() or x.double())")
-        if not _c_contiguous(shape, strides):
-            return ValueError, (f"is not C-contiguous (shape {list(shape)}, strides {list(strides)} in elements): "
-                                "pass a contiguous array (x.contiguous())")
+            return TypeError, (f"is {dtype_name(token)}: cuopjit tensors hold {HELD} "
+                               "(convert with x.float(), x.double(), x.half() or x.bfloat16())")
+        if layout.of(shape, strides) is None:
+            return ValueError, (f"has strides {list(strides)} (shape {list(shape)}, in elements) of no layout "
+                                "cuopjit reads (contiguous, channels_last, transposed): pass x.contiguous()")
         return ValueError, "cannot be read as a GPU array"
     return _why_not_generic(x)
 
@@ -163,10 +171,11 @@ def _why_not_generic(x: Any) -> tuple[type[Exception], str]:
             view = transfer.view_of(x)
             shape, strides = tuple(view.shape), view.strides
             if np_dtype(np.dtype(view.dtype)) is None:
-                reason = (TypeError, f"is {np.dtype(view.dtype).name}: cuopjit operators take float32 or float64")
-            elif not _c_contiguous(shape, None if strides is None else tuple(strides)):
-                reason = (ValueError, f"is not C-contiguous (shape {list(shape)}, strides {list(strides)} in "
-                                      "elements): make it contiguous first")
+                reason = (TypeError, f"is {np.dtype(view.dtype).name}: cuopjit tensors hold {HELD}")
+            elif layout.of(shape, None if strides is None else tuple(strides)) is None:
+                reason = (ValueError, f"has strides {list(strides)} (shape {list(shape)}, in elements) of no "
+                                      "layout cuopjit reads (contiguous, channels_last, transposed): make it "
+                                      "contiguous first")
     except Exception as exc:  # the library refused to export it: say what it said, in one line
         reason = (TypeError, f"cannot be read as a GPU array ({type(exc).__name__}: {str(exc).splitlines()[0]})"
                   if str(exc) else f"cannot be read as a GPU array ({type(exc).__name__})")

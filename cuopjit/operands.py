@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import interop
+from .layout import CONTIGUOUS
 from .tensor import Tensor
 
 _VIEWS: dict[tuple, Tensor] = {}     # interop key -> an owner-less view
@@ -25,11 +26,11 @@ _UNSEEN = object()
 _reader = interop.READERS.get       # type -> key reader (None: no foreign array); a miss resolves the type
 
 
-def view_at(ptr: int, shape: tuple, dtype: Any, device: int) -> Tensor | None:
+def view_at(ptr: int, shape: tuple, dtype: Any, device: int, layout: str = CONTIGUOUS) -> Tensor | None:
     """The cached view of memory another object owns (made on first sight); None for host memory
     (device < 0) or a dtype cuopjit does not hold. `dtype`: any interop dtype token (torch.float32, a numpy
-    dtype, ...)."""
-    key = (ptr, shape, dtype, device)
+    dtype, ...); `layout`: cuopjit/layout.py (an interop key's fifth entry)."""
+    key = (ptr, shape, dtype, device) if layout == CONTIGUOUS else (ptr, shape, dtype, device, layout)
     view = _VIEWS.get(key)
     if view is None:
         dt = interop.np_dtype(dtype)
@@ -37,7 +38,7 @@ def view_at(ptr: int, shape: tuple, dtype: Any, device: int) -> Tensor | None:
             return None
         if len(_VIEWS) >= _VIEWS_KEPT:
             _VIEWS.clear()
-        view = _VIEWS[key] = Tensor._view(ptr, tuple(shape), dt, device, None)
+        view = _VIEWS[key] = Tensor._view(ptr, tuple(shape), dt, device, None, layout)
     return view
 
 

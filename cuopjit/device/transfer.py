@@ -5,6 +5,7 @@ Copies and fills go on the legacy default stream, ordered with torch's and CuPy'
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
@@ -34,11 +35,16 @@ def device_to_host(ordinal: int, host: np.ndarray, src: int, nbytes: int) -> Non
 
 
 def fill(ordinal: int, ptr: int, value: float, dtype: np.dtype, count: int) -> None:
-    """Queue setting `count` elements of `dtype` (float32 or float64) at `ptr` to `value` (NaN and inf included)."""
+    """Queue setting `count` elements of `dtype` (2, 4 or 8 bytes: float16, bfloat16, float32, float64) at `ptr`
+    to `value` rounded to `dtype` (NaN and inf included)."""
     drv = driver.api()
     driver.get_device(ordinal)
-    bits = np.array([value], dtype=dtype).view(np.uint32 if dtype == np.float32 else np.uint64)[0]
-    if dtype == np.float32:
+    with np.errstate(over="ignore"):     # 1e5 as float16 is inf, as NumPy and torch round it
+        bits = np.array([value], dtype=dtype).view({2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize])[0]
+    if dtype.itemsize == 2:
+        check(drv.cuMemsetD16Async(ptr, int(bits), count, _STREAM), "cuMemsetD16Async")
+        return
+    if dtype.itemsize == 4:
         check(drv.cuMemsetD32Async(ptr, int(bits), count, _STREAM), "cuMemsetD32Async")
         return
     lo, hi = int(bits) & 0xFFFFFFFF, int(bits) >> 32
@@ -53,12 +59,36 @@ def zero(ordinal: int, ptr: int, nbytes: int) -> None:
     check(driver.api().cuMemsetD8Async(ptr, 0, nbytes, _STREAM), "cuMemsetD8Async")
 
 
-def memory_view(ptr: int, nbytes: int, owner: Any, shape: tuple, dtype: np.dtype):
-    """A cuda.core StridedMemoryView of device memory that `owner` keeps alive (for `__dlpack__`)."""
+def memory_view(ptr: int, nbytes: int, owner: Any, shape: tuple, dtype: np.dtype, strides: tuple | None = None):
+    """A cuda.core StridedMemoryView of device memory that `owner` keeps alive (for `__dlpack__`);
+    `strides` in elements (None: C order)."""
     from cuda.core import Buffer
     from cuda.core.utils import StridedMemoryView
     buf = Buffer.from_handle(ptr, nbytes, owner=owner)
-    return StridedMemoryView.from_buffer(buf, shape, dtype=dtype)
+    return StridedMemoryView.from_buffer(buf, shape, strides, dtype=dtype)
+
+
+# DLPack's dtype code byte: 20 bytes into a DLTensor (data pointer, DLDevice, ndim), which a legacy
+# DLManagedTensor starts with and a DLManagedTensorVersioned holds after 32 bytes (version, manager, deleter, flags)
+_CODE_AT = {b"dltensor": 20, b"dltensor_versioned": 52}
+_kDLBfloat = 4
+_capsule_name = ctypes.pythonapi.PyCapsule_GetName
+_capsule_name.restype, _capsule_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+
+
+def dlpack(ptr: int, nbytes: int, owner: Any, shape: tuple, dtype: np.dtype, strides: tuple | None,
+           **kwargs: Any) -> Any:
+    """A DLPack capsule of device memory that `owner` keeps alive (`__dlpack__`'s answer; kwargs: stream,
+    max_version). cuda.core 1.2 exports no bfloat16: such memory goes out as a float16 view of the same
+    bits whose dtype code the capsule then names bfloat16 (DLPack's kDLBfloat, 16 bits, 1 lane)."""
+    if dtype != np.dtype("bfloat16"):
+        return memory_view(ptr, nbytes, owner, shape, dtype, strides).__dlpack__(**kwargs)
+    capsule = memory_view(ptr, nbytes, owner, shape, np.dtype(np.float16), strides).__dlpack__(**kwargs)
+    name = _capsule_name(capsule)
+    ctypes.c_uint8.from_address(_capsule_pointer(capsule, name) + _CODE_AT[name]).value = _kDLBfloat
+    return capsule
 
 
 def view_of(obj: Any):

@@ -5,7 +5,7 @@ JSON. This draws the same chart the script would have (its own `chart` function)
 
     python benchmarks/charts.py benchmarks/results/gemm.json benchmarks/results/conv2d.json ...
 
-The script is picked from the file name: gemm*.json, conv2d*.json, memory_bound*.json.
+The script is picked from the file name: gemm*.json, conv2d*.json, memory_bound*.json, layers*.json.
 """
 from __future__ import annotations
 
@@ -31,8 +31,12 @@ def draw(path: str) -> None:
     elif name.startswith("memory_bound"):
         import memory_bound
         memory_bound.chart(data["workloads"], data["copy"]["gbps"], png)
+    elif name.startswith("layers"):
+        import layers
+        layers.chart(data, png)
     else:
-        raise SystemExit(f"{path}: no chart for this file (gemm*.json, conv2d*.json, memory_bound*.json)")
+        raise SystemExit(f"{path}: no chart for this file (gemm*.json, conv2d*.json, memory_bound*.json, "
+                         "layers*.json)")
 
 
 def main() -> None:

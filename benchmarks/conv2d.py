@@ -4,8 +4,9 @@ Workloads (the issue's goal rows): the seed's 3x3 layer (32x64x224^2 -> 128, pad
 at batch 32 (1x1, 3x3, 3x3 stride 2, 7x7 stride 2 on 3 channels) and a depthwise 3x3 on 32x256x56^2.
 Modes: "fp32" (cuopjit's exact SIMT kernel; cuDNN with TF32 off), "tf32" (enable_tensor_core=True;
 cuDNN with TF32 on) and "3xtf32" (precision="3xtf32": float32-accurate tensor-core products; against
-cuDNN fp32, TF32 off). Every layer has a bias; both sides write NCHW. cuopjit's time includes its
-per-forward weight pack. Each timing is the median of 40 calls between CUDA events after warm-up, cuopjit
+cuDNN fp32, TF32 off). Every layer has a bias; both sides write NCHW. cuopjit packs the weight once, at
+its first forward (not per forward; see benchmarks/conv2d_resnet50.py for ResNet-50's 23 layers on
+channels_last tensors). Each timing is the median of 40 calls between CUDA events after warm-up, cuopjit
 and cuDNN alternating in four rounds (benchmarks/mb_common.py `time_pair`); errors are ||out - ref|| / ||ref|| against torch float64 on the device, over
 the first ERR_IMAGES images of the batch. --breakdown adds each kernel's time (torch.profiler).
 

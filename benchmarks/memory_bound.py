@@ -2,8 +2,9 @@
 
     python benchmarks/memory_bound.py [--only NAME ...] [--dtype float32|float64] [--out FILE.json]
 
-Workloads come from mb_elementwise.py (BLAS-1, ReLU, pools) and mb_norms.py (Softmax, LayerNorm,
-BatchNorm) when present; the dict format and the timing method are in mb_common.py. Prints a table
+Workloads come from mb_elementwise.py (BLAS-1, ReLU, pools), mb_norms.py (Softmax, LayerNorm,
+BatchNorm) and mb_layouts.py (channels_last beside NCHW, layout copies: `--only nhwc_ --only nchw_ --only
+layout_`) when present; the dict format and the timing method are in mb_common.py. Prints a table
 (GB/s counting the bytes each call must move, % of the copy bandwidth, ratio to PyTorch, goal met),
 writes JSON and, where matplotlib is installed, a PNG chart beside it.
 
@@ -29,11 +30,11 @@ from results_io import bar_chart, require_gpu, save_json  # noqa: E402
 def load_workloads() -> list[dict]:
     from mb_elementwise import WORKLOADS as ours
     out = list(ours)
-    try:
-        from mb_norms import WORKLOADS as norms
-        out += list(norms)
-    except ImportError as exc:
-        print(f"(mb_norms.py not loaded: {exc})")
+    for module in ("mb_norms", "mb_layouts"):
+        try:
+            out += list(__import__(module).WORKLOADS)
+        except ImportError as exc:
+            print(f"({module}.py not loaded: {exc})")
     return out
 
 

@@ -80,3 +80,33 @@ def bar_chart(path: str, labels: list[str], mine: list[float], theirs: list[floa
     fig.savefig(path, dpi=120)
     print(f"chart written to {path}")
 
+
+
+def ratio_panels(path: str, labels: list[str], panels: dict[str, list[float | None]], ylabel: str,
+                 title: str = "") -> None:
+    """A PNG at `path` with one panel per entry of `panels` (a precision): a bar per label (None: no bar) with
+    its value printed above it, and a line at 1.0 (parity); nothing without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib missing: no chart)")
+        return
+    xs = list(range(len(labels)))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(max(8, 0.42 * len(labels)), 3.2 * len(panels) + 1.6),
+                             sharex=True, squeeze=False)
+    for ax, (name, values) in zip(axes[:, 0], panels.items()):
+        shown = [(x, v) for x, v in zip(xs, values) if v is not None]
+        bars = ax.bar([x for x, _ in shown], [v for _, v in shown], 0.7,
+                      color=["tab:green" if v >= 1.0 else "tab:red" for _, v in shown])
+        ax.bar_label(bars, [f"{v:.2f}" for _, v in shown], fontsize=6)
+        ax.axhline(1.0, color="k", linewidth=0.8)
+        ax.set_ylabel(f"{name}\n{ylabel}", fontsize=8)
+    axes[-1, 0].set_xticks(xs, labels, fontsize=7, rotation=70, ha="right")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"chart written to {path}")

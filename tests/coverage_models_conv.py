@@ -34,16 +34,21 @@ def conv2d_pack(sim, kl, p):
     a["wp"].write(i, values=np.where(inside, tag(a["w"], src), ZERO))
 
 
-def _out_index(grp, kg, K, ohw, m, n):
+def _out_index(grp, kg, K, ohw, m, n, nhwc=False):
+    if nhwc:                       # channels_last y: pixel n's channels contiguous
+        return n * K + grp * kg + m
     img = n // ohw
     return grp * kg * ohw + img * K * ohw + m * ohw + (n - img * ohw)
 
 
 def conv2d(sim, kl, p):
-    """Implicit GEMM: block (x, y, z) = pixel tile x BN, channel tile y BM of group z; k-tiles of the packed
-    weight and the input iterator (ORDER chunk: BK channels of one tap per k-tile; flat: k = c KHW + r KW + s)."""
+    """Implicit GEMM: block (x, y, z) = pixel tile x BN, channel tile y BM of group z (SPLIT_K: of k-slice z, raw
+    sums into slice z of the workspace); k-tiles of the packed weight and the input iterator (ORDER chunk: BK
+    channels of one tap per k-tile; flat: k = c KHW + r KW + s); x and y NCHW or channels_last (X_NHWC, Y_NHWC)."""
+    split = p.get("SPLIT_K", False)
     names = ["x", "wp"] + (["bias"] if p["bias"] else []) + ["y", "C", "H", "W", "K", "OH", "OW", "Cg", "Kg",
-                                                               "npix", "ct", "ktiles", "mpad"]
+                                                               "npix", "ct", "ktiles_all" if split else "ktiles",
+                                                               "mpad"] + (["kt_chunk"] if split else [])
     a = unpack(sim, kl, names)
     BM, BN, BK = p["BM"], p["BN"], p["BK"]
     mma = p["mma"]
@@ -51,9 +56,9 @@ def conv2d(sim, kl, p):
     expect(sim, threads_of(kl) == threads, f"block of {threads_of(kl)} threads, the tile's layout takes {threads}")
     khw = p["KH"] * p["KW"]
     kg, cg, npix, ohw, K = a["Kg"], a["Cg"], a["npix"], a["OH"] * a["OW"], a["K"]
-    ktiles, mpad, ct = a["ktiles"], a["mpad"], a["ct"]
+    ktiles, mpad, ct = a["ktiles_all" if split else "ktiles"], a["mpad"], a["ct"]
     kpad = ktiles * BK
-    groups = kl.grid[2]
+    groups = 1 if split else kl.grid[2]
     # the k walk against the packed weight, per group: matched (channel, tap) terms of every output channel
     kk = np.arange(kpad)
     if p["ORDER"] == "chunk":
@@ -63,7 +68,7 @@ def conv2d(sim, kl, p):
     else:
         c_b, rs_b = kk // khw, kk % khw
         valid = kk < cg * khw
-    terms = None
+    terms, matched = None, None
     for g in range(groups):
         wv = a["wp"].read((g * kpad * mpad + kk[:, None] * mpad + np.arange(kg)[None, :]).ravel()).reshape(kpad, kg)
         want = ((g * kg + np.arange(kg))[None, :] * cg + c_b[:, None]) * khw + rs_b[:, None]
@@ -77,7 +82,7 @@ def conv2d(sim, kl, p):
             raise CoverageError(f"{sim.where}: k index {k0} of group {g} loads channel {c_b[k0]} tap {rs_b[k0]} "
                                 f"but the packed weight there holds {'zero' if wv[k0, m0] == ZERO else wv[k0, m0]}")
         got = match.sum(axis=0)
-        terms = got if terms is None else np.minimum(terms, got)
+        terms, matched = (got, match) if terms is None else (np.minimum(terms, got), matched)
     if kl.grid[1] * BM < kg or kl.grid[0] * BN < npix:
         raise CoverageError(f"{sim.where}: grid {kl.grid} of {BM} x {BN} tiles does not cover {kg} channels x "
                             f"{npix} pixels")
@@ -85,28 +90,54 @@ def conv2d(sim, kl, p):
     hw = a["H"] * a["W"]
     images = -(-npix // ohw)
     for g in range(groups):
-        a["x"].box(g * cg * hw, [(images, a["C"] * hw), (cg, hw), (hw, 1)])
-    # outputs: channel tile rows m0.., pixel tile columns n0..; vector stores of VN (SIMT) / 2 (mma) columns
+        if p.get("X_NHWC"):
+            a["x"].box(g * cg, [(images * hw, a["C"]), (cg, 1)])
+        else:
+            a["x"].box(g * cg * hw, [(images, a["C"] * hw), (cg, hw), (hw, 1)])
+    # outputs: channel tile rows m0.., pixel tile columns n0..; vector stores of VN (SIMT) / 2 (mma) columns (NCHW)
+    # or VM channels (SIMT, channels_last: VEC_M)
     bx, by, bz = block_ids(kl)
     no_idle(sim, (bx * BN < npix) & (by * BM < kg), "output tile")
-    width = 2 if mma else min(p["TN"], p["R"])
+    nhwc = p.get("Y_NHWC", False)
+    width = 1 if nhwc else 2 if mma else min(p["TN"], p["R"])
     vec_ok = p["VEC_OUT"] >= width and width > 1
-    mm = by[:, None, None] * BM + np.arange(BM)[None, :, None]
+    mwidth = min(p["TM"], p["R"]) if nhwc and not mma and p.get("VEC_M") else 1
+    mm = by[:, None, None] * BM + np.arange(0, BM, mwidth)[None, :, None]
     n_start = bx[:, None, None] * BN + np.arange(0, BN, width)[None, None, :]
     live_m = mm < kg
     if p["bias"]:
         a["bias"].read((bz[:, None, None] * kg + mm)[np.broadcast_to(live_m, mm.shape)])
-    grp = bz[:, None, None]
+    grp = 0 if split else bz[:, None, None]
     ms, starts = np.broadcast_arrays(mm, n_start)
     grps = np.broadcast_to(grp, ms.shape)
     live = (ms < kg) & (starts < npix)
-    vals = terms[np.minimum(ms, kg - 1)]
+    if split:       # slice z's share of the terms, at its part of the workspace
+        z = np.broadcast_to(bz[:, None, None], ms.shape)
+        lo = np.minimum(z * a["kt_chunk"], ktiles) * BK
+        hi = np.minimum((z + 1) * a["kt_chunk"], ktiles) * BK
+        cum = np.vstack([np.zeros((1, kg), np.int64), np.cumsum(matched, axis=0)])
+        mc = np.minimum(ms, kg - 1)
+        vals = cum[hi, mc] - cum[lo, mc]
+        base = z * npix * K
+    else:
+        vals, base = terms[np.minimum(ms, kg - 1)], 0
+    base = np.broadcast_to(base, ms.shape)
     full = live & (starts + width <= npix) if vec_ok else np.zeros_like(live)
     if full.any():
-        a["y"].write(_out_index(grps[full], kg, K, ohw, ms[full], starts[full]), vec=width, values=vals[full])
+        a["y"].write(base[full] + _out_index(grps[full], kg, K, ohw, ms[full], starts[full]), vec=width,
+                     values=vals[full])
     for q in range(width):
         one = live & ~full & (starts + q < npix)
-        a["y"].write(_out_index(grps[one], kg, K, ohw, ms[one], starts[one] + q), values=vals[one])
+        for r in range(mwidth):
+            sub = one & (ms + r < kg) if mwidth > 1 else one
+            if mwidth > 1:
+                whole = one & (ms + mwidth <= kg)
+                if r == 0 and whole.any():
+                    a["y"].write(base[whole] + _out_index(grps[whole], kg, K, ohw, ms[whole], starts[whole] + q,
+                                                          nhwc), vec=mwidth, values=vals[whole])
+                sub = one & ~whole & (ms + r < kg)
+            a["y"].write(base[sub] + _out_index(grps[sub], kg, K, ohw, ms[sub] + r, starts[sub] + q, nhwc),
+                         values=vals[sub])
 
 
 def conv2d_direct(sim, kl, p):
@@ -186,7 +217,7 @@ def conv2d_wgmma(sim, kl, p):
     """Persistent tiles (channel tile, image, row block, column block) of 64 CONSUMERS x QN pixels (BW x QN / BW)."""
     lo_copy = p["SPLIT"] and p["LO_COPY"]
     names = ["xh"] + (["xl"] if lo_copy else []) + ["wh", "wl"] + (["bias"] if p["bias"] else []) + \
-        ["y", "maps", "N", "cpad", "H", "W", "O", "OH", "OW"]
+        ["y", "maps", "N", "cpad", "XC", "H", "W", "O", "OH", "OW"]
     a = unpack(sim, kl, names)
     qn, bw, pm = p["QN"], p["BW"], 64 * p["CONSUMERS"]
     bh = qn // bw

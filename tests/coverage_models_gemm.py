@@ -121,7 +121,8 @@ def gemm(sim, kl, p):
 
 def splitk_reduce(sim, kl, p):
     """splitk_reduce.cu.jinja: C[r][c] = sum_z P[z][r][c] (+ beta C), grid-stride over M x N, 256 threads."""
-    a = unpack(sim, kl, ["P", "C", "M", "N", "ldc", "splits", "beta"])
+    ops = p["epilogue"].operands if "epilogue" in p else ()      # a user epilogue's operands (the conv's bias)
+    a = unpack(sim, kl, ["P", "C", "M", "N", "ldc", "splits", "beta"] + [f"e{k}" for k in range(len(ops))])
     expect(sim, threads_of(kl) == 256, f"block of {threads_of(kl)} threads; the kernel strides by 256")
     total = a["M"] * a["N"]
     fills(sim, kl.grid[0], -(-total // 256))
@@ -130,6 +131,10 @@ def splitk_reduce(sim, kl, p):
     for z in range(a["splits"]):
         terms += a["P"].read(z * total + i)
     out = (i // a["N"]) * a["ldc"] + i % a["N"] if a["N"] else i
+    for k, kind in enumerate(ops):             # per-row / per-column / output-shaped operands, read per output
+        at = {"per_row": i // max(a["N"], 1), "per_column": i % max(a["N"], 1), "full": out}.get(kind)
+        if at is not None:
+            a[f"e{k}"].read(np.unique(at))
     if a["beta"] != 0:
         a["C"].read(out)
     a["C"].write(out, values=terms)

@@ -10,8 +10,8 @@ import pytest
 import cuopjit
 from cuopjit.build import pipeline
 from cuopjit import target
-from cuopjit.ops import batchnorm
-from cuopjit.ops.batchnorm import BatchNormProblem
+from cuopjit.ops import batchnorm_plans as batchnorm
+from cuopjit.ops.batchnorm_plans import BatchNormProblem
 
 from conftest import SEED, SEED_CONFIGS, build_once, check_guards, family_plans, guarded, make_config, rel_error
 

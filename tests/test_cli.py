@@ -326,7 +326,7 @@ def test_architecture_spellings_get_a_did_you_mean(spelling, meant, cache_dir):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("tune", "conv2d", "--shape", "1,1,1"), "'conv2d' cannot be tuned from the command line: choose gemm"),
+    (("tune", "softmax", "--shape", "1,1,1"), "'softmax' cannot be tuned from the command line: choose gemm, conv2d"),
     (("bench",), "benchmarks time kernels on an NVIDIA GPU and none was found"),
     (("explain", "gemm", "--shape", "1,2"), "gemm: --shape takes M,N,K, got 1,2"),
 ])

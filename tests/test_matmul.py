@@ -91,8 +91,8 @@ def test_unbatched_gemm_specs_do_not_change():
 
 def test_errors_raise_before_launch():
     mm, bmm = cuopjit.MatMulFloat(), cuopjit.BatchMatMulFloat()
-    with pytest.raises(ValueError, match=r"MatMulFloat: a has shape \[2, 4\] and b has shape \[5, 3\]: a has 4 "
-                                         r"columns but b has 5 rows"):
+    with pytest.raises(ValueError, match=r"MatMulFloat: a has shape \[2, 4\] and b has shape \[5, 3\]: op\(a\) has "
+                                         r"4 columns but op\(b\) has 5 rows"):
         mm.forward(fake([2, 4]), fake([5, 3]), fake([2, 3]))
     with pytest.raises(ValueError, match=r"MatMulFloat: c has shape \[2, 4\], expected \[2, 3\]"):
         mm.forward(fake([2, 5]), fake([5, 3]), fake([2, 4]))

@@ -1,13 +1,8 @@
 """Tuning records: one cache record per choice, keyed by problem bucket, precision and GPU identity; a new
-choice is timed alone and never discards the others; `cuopjit tune` (GPU) stores records that a second
-process uses without timing or compiling anything."""
+choice is timed alone and never discards the others; `time_choices` times choices without records. The
+`cuopjit tune` command is tests/test_tuning_cli.py."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
 from dataclasses import dataclass
 
 import pytest
@@ -49,7 +44,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(tuning.driver, "driver_version", lambda: "13.0")
     monkeypatch.setattr(tuning.driver, "current_ordinal", lambda: 0)
     monkeypatch.setattr(tuning.executor, "load", lambda plan, ordinal, settings: plan)
-    monkeypatch.setattr(tuning, "_time", lambda run, pointers, stream: timed.append(run) or times[run])
+    monkeypatch.setattr(tuning, "_time", lambda run, pointers, stream, runs: timed.append(run) or times[run])
     return times, timed
 
 
@@ -72,6 +67,16 @@ def test_one_record_per_choice_and_a_new_choice_keeps_the_old_ones(tmp_path, fak
     assert tuning.timings(settings, key, ["a", "b", "c"]) == times
 
 
+def test_time_choices_times_each_label_once_and_keeps_no_record(tmp_path, fake_gpu):
+    times, timed = fake_gpu
+    times.update({"a": 2.0, "b": 1.0})
+    settings = RunSettings.of(JITConfig().snapshot(), str(tmp_path), True, tuning=True)
+    problem, t = gk.packed("float32", 64, 64, 64), named("sm_90")
+    got = tuning.time_choices(_Op(), problem, [_Choice("a"), _Choice("b"), _Choice("a")], settings, t, (), {})
+    assert got == {"a": 2.0, "b": 1.0} and timed == ["a", "b"]
+    assert tuning.timings(settings, tuning.record_key("fake", problem, t), ["a", "b"]) == {}
+
+
 def test_record_keys_name_bucket_precision_and_gpu(monkeypatch):
     monkeypatch.setattr(tuning.driver, "driver_version", lambda: "13.0")
     t = named("sm_90")
@@ -81,45 +86,6 @@ def test_record_keys_name_bucket_precision_and_gpu(monkeypatch):
     assert key != tuning.record_key("gemm", gk.packed("float32", 1000, 1000, 1000), t, "tf32")
     assert tuning.record_key("gemm", gk.packed("float32", 1000, 1000, 1000), t) == \
         tuning.record_key("gemm", gk.packed("float32", 1020, 1000, 1000), t)
-
-
-def test_tune_command_checks_its_arguments(capsys):
-    from cuopjit.cli.main import main
-    assert main(["tune", "gemm", "--shapes", "4096x4096"]) == 2
-    assert "cuopjit tune: error: gemm: --shape takes M,N,K, got 4096,4096\n" == capsys.readouterr().err
-    assert main(["tune", "relu", "--shapes", "8x8x8"]) == 2
-    assert "'relu' cannot be tuned from the command line: choose gemm" in capsys.readouterr().err
-
-
-@pytest.mark.gpu
-def test_tune_records_are_used_by_a_second_process_without_timing(tmp_path):
-    """Process 1: `cuopjit tune`; process 2: auto-tuning on, the same shape: no trial, no compile."""
-    env = {**os.environ, "CUOPJIT_CACHE_DIR": str(tmp_path)}
-    tune = subprocess.run([sys.executable, "-m", "cuopjit", "tune", "gemm", "--dtype", "float32", "--shapes",
-                           "512x512x512", "--tensor-core"], env=env, capture_output=True, text=True, timeout=300)
-    assert tune.returncode == 0, tune.stderr
-    assert "choice" in tune.stderr and "512x512x512 nn:" in tune.stdout
-    second = textwrap.dedent("""
-        import json, numpy as np, cuopjit
-        from cuopjit.build import pipeline
-        from cuopjit import tuning
-        tuning._time = lambda *a: (_ for _ in ()).throw(AssertionError("timed again"))
-        compiled = []
-        real = pipeline.compiler.compile_cubin
-        pipeline.compiler.compile_cubin = lambda *a, **k: compiled.append(1) or real(*a, **k)
-        cuopjit.get_default_global_jit_config().enable_auto_tuning = True
-        g = cuopjit.GemmFloat()
-        g.set_weight(cuopjit.tensor(np.ones((512, 512), np.float32)))
-        jit = cuopjit.JITGemmFloat(g)
-        cfg = cuopjit.JITConfig(); cfg.enable_tensor_core = True
-        jit.set_jit_config(cfg)
-        jit.forward(cuopjit.tensor(np.ones((512, 512), np.float32)), cuopjit.empty([512, 512]))
-        print(json.dumps({"compiled": len(compiled), "choice": jit.get_performance_profile().plan_choice}))
-    """)
-    run = subprocess.run([sys.executable, "-c", second], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    got = json.loads(run.stdout.strip().splitlines()[-1])
-    assert got["compiled"] == 0 and got["choice"] == tune.stdout.split(": ", 1)[1].split(" (")[0]
 
 
 def test_precision_reaches_the_snapshot_the_records_use():

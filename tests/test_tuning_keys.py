@@ -1,5 +1,6 @@
 """Every field of a tuning record's key (cuopjit/tuning.py record_key / choice_key) matters: the family, each
-non-float field of the problem (sizes by power-of-two bucket), the precision, and the device identity (name,
+non-float field of the problem (sizes by power-of-two bucket; a convolution's window and groups exactly), the
+precision, and the device identity (name,
 SM count, architecture, driver). Changing any one changes the key; a size within its bucket, or a float
 setting (alpha, beta, eps: arguments, not the kernel), keeps it. No GPU: the driver version is faked.
 """
@@ -68,6 +69,16 @@ def test_sizes_share_a_record_within_their_power_of_two_bucket():
         key = tuning.record_key("gemm", dataclasses.replace(g, **{field: 4096}), SM90)
         assert tuning.record_key("gemm", dataclasses.replace(g, **{field: within}), SM90) == key
         assert tuning.record_key("gemm", dataclasses.replace(g, **{field: beyond}), SM90) != key
+
+
+@pytest.mark.parametrize("field, value, other", [("kh", 3, 4), ("kw", 5, 7), ("sh", 3, 4), ("pw", 1, 2),
+                                                   ("groups", 3, 4), ("dh", 2, 1)])
+def test_a_convolution_window_never_shares_a_record(field, value, other):
+    """Kernel size, stride, padding, dilation and groups are the kernel's code: a 3x3 and a 4x4 never share."""
+    conv = FAMILIES["conv2d"][0].family.problems()[0]
+    key = tuning.record_key("conv2d", dataclasses.replace(conv, **{field: value}), SM90)
+    assert tuning.record_key("conv2d", dataclasses.replace(conv, **{field: other}), SM90) != key
+    assert tuning.record_key("conv2d", dataclasses.replace(conv, c=conv.c - 1, **{field: value}), SM90) == key
 
 
 def test_family_precision_and_each_device_fact_are_in_the_key(driver):

@@ -1,23 +1,28 @@
-"""`cuopjit tune gemm --dtype float32 --shape 4096x4096x4096 --shape 1000,1000,1000`: time every choice of
+"""`cuopjit tune gemm --dtype float32 --shape 4096x4096x4096 --shape 1000,1000,1000` and
+`cuopjit tune conv2d --shape 32,256,56,56,64,1,1 --stride 2 --layout channels_last`: time every choice of
 each shape on this GPU and store one tuning record per choice in the cache, so that `cuopjit cache
 export` carries tuning with the cubins and a later process (here, or on a machine with the same GPU)
-plans without timing. --shape reads the grammar of every command (recipes.parse_shape)."""
+plans without timing. --shape reads the grammar of every command (recipes.parse_shape); a conv2d layer
+is padded R//2, S//2 (every ResNet layer is) with --stride on both axes; --trans is gemm's, --stride and
+--layout conv2d's."""
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from ..device import driver
 from .. import target, tuning
 from ..cache import get_cache
+from ..layout import CHANNELS_LAST, CONTIGUOUS
 from ..ops import FAMILIES
 from ..config import RunSettings
 from ..recipes import check_shape, parse_shapes, shape_help
-from ..tensor import tensor
+from ..tensor import Tensor, empty
 
-TUNABLE = ("gemm",)
+TUNABLE = ("gemm", "conv2d")
+_OWN = {"trans": "gemm", "stride": "conv2d", "layout": "conv2d"}   # option -> the family it applies to
 
 
 def _bar(shape_index: int, shapes: int, label: str) -> Callable[[int, int, str], None]:
@@ -31,34 +36,70 @@ def _bar(shape_index: int, shapes: int, label: str) -> Callable[[int, int, str],
     return show
 
 
-def cmd_tune(ns: argparse.Namespace, config) -> int:
-    """Tune each shape (GPU needed); prints the winner of each and where the records went."""
+def random_tensor(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, layout: str = CONTIGUOUS) -> Tensor:
+    """Normal random values of `shape` in `layout` on the current GPU."""
+    t = empty(shape, dtype, layout)
+    t.copy_from(rng.standard_normal(shape).astype(dtype))
+    return t
 
+
+def gemm_call(ns: argparse.Namespace, shape: tuple[int, ...], make: Callable) -> tuple[Any, tuple, dict, str]:
+    """(operator, args, kwargs, label) of one GEMM shape M,N,K under --trans."""
+    m, n, k = shape
+    trans = ns.trans or "nn"
+    trans_a, trans_b = trans[0] == "t", trans[1] == "t"
+    op = FAMILIES["gemm"][0 if ns.dtype == "float32" else 1](trans_a, trans_b)
+    op.set_weight(make((n, k) if trans_b else (k, n)))
+    return op, (make((k, m) if trans_a else (m, k)), make((m, n))), {}, f"{m}x{n}x{k} {trans}"
+
+
+def conv2d_call(ns: argparse.Namespace, shape: tuple[int, ...], make: Callable) -> tuple[Any, tuple, dict, str]:
+    """(operator, args, kwargs, label) of one convolution N,C,H,W,K,R,S: padding R//2, S//2, --stride, --layout."""
+    n, c, h, w, k, r, s = shape
+    stride, layout = ns.stride or 1, ns.layout or CONTIGUOUS
+    op = FAMILIES["conv2d"][0 if ns.dtype == "float32" else 1](c, k, r, s, stride, stride, pad_h=r // 2, pad_w=s // 2)
+    op.set_weight(make(op.weight_shape))
+    x = make((n, c, h, w), layout)
+    y = make(op.output_shape(x.shape), layout)
+    return op, (x, y), {}, f"{'x'.join(map(str, shape))} stride {stride} {layout}"
+
+
+CALLS = {"gemm": gemm_call, "conv2d": conv2d_call}
+
+
+def check_options(ns: argparse.Namespace) -> None:
+    """Refuse a family the command cannot tune, another dtype, or an option that belongs to another family."""
     if ns.op not in TUNABLE:
         raise ValueError(f"{ns.op!r} cannot be tuned from the command line: choose {', '.join(TUNABLE)}")
     if ns.dtype not in ("float32", "float64"):
         raise ValueError(f"--dtype {ns.dtype!r}: choose float32 or float64")
-    cls = next(c for c in FAMILIES["gemm"] if c.dtype == np.dtype(ns.dtype))
-    trans_a, trans_b = ns.trans[0] == "t", ns.trans[1] == "t"
+    for option, family in _OWN.items():
+        if getattr(ns, option) is not None and ns.op != family:
+            raise ValueError(f"--{option} applies to {family}, not {ns.op}: leave it out")
+    if ns.stride is not None and ns.stride < 1:
+        raise ValueError(f"--stride {ns.stride} is not allowed: give an integer >= 1")
+
+
+def cmd_tune(ns: argparse.Namespace, config) -> int:
+    """Tune each shape (GPU needed); prints the winner of each and where the records went."""
+    check_options(ns)
     shapes = [check_shape(ns.op, s) for s in parse_shapes(ns.shape)]
     settings = RunSettings.of(config.snapshot(), ns.cache_dir, True, tuning=True)
-    ordinal = driver.current_ordinal()
-    tgt = target.of_device(ordinal)
+    tgt = target.of_device(driver.current_ordinal())
     rng = np.random.default_rng(0)
-    for i, (m, n, k) in enumerate(shapes, 1):
-        a = tensor(rng.standard_normal((k, m) if trans_a else (m, k)).astype(ns.dtype))
-        b = tensor(rng.standard_normal((n, k) if trans_b else (k, n)).astype(ns.dtype))
-        c = tensor(np.zeros((m, n), ns.dtype))
-        op = cls(trans_a, trans_b)
-        op.set_weight(b)
-        problem = op.problem(a, c)
+
+    def make(shape: tuple[int, ...], layout: str = CONTIGUOUS) -> Tensor:
+        return random_tensor(rng, tuple(shape), ns.dtype, layout)
+
+    for i, shape in enumerate(shapes, 1):
+        op, args, kwargs, label = CALLS[ns.op](ns, shape, make)
+        problem = op.problem(*args, **kwargs)
         choices = op.family.choices(problem, settings.config, tgt)
-        label = f"{m}x{n}x{k}"
-        plan = tuning.fastest(op, problem, choices, settings, tgt, (a, c), {}, progress=_bar(i, len(shapes), label))
+        plan = tuning.fastest(op, problem, choices, settings, tgt, args, kwargs, progress=_bar(i, len(shapes), label))
         key = tuning.record_key(op.family.name, problem, tgt, settings.config.precision)
         times = tuning.timings(settings, key, [x.label for x in choices])
         shown = ", ".join(f"{x} {ms:.3f} ms" for x, ms in sorted(times.items(), key=lambda kv: kv[1]))
-        print(f"{label} {ns.trans}: {plan.choice} ({len(choices)} choices: {shown})")
+        print(f"{label}: {plan.choice} ({len(times)} choices: {shown})")
     print(f"records stored in {get_cache(ns.cache_dir).directory} (kind 'tuning'); "
           "`cuopjit cache export` carries them")
     return 0
@@ -71,9 +112,12 @@ def add_tune(sub, config_args: Callable, config_of: Callable) -> None:
     p.add_argument("op", help=f"operator family: {', '.join(TUNABLE)}")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--shape", "--shapes", action="append", required=True, dest="shape",
-                   help="M,N,K (or MxNxK), repeatable; several x-written shapes may share one option with commas: "
-                        "4096x4096x4096,1000x1000x1000")
-    p.add_argument("--trans", default="nn", choices=("nn", "nt", "tn", "tt"), help="transposes of A and B")
+                   help="gemm M,N,K / conv2d N,C,H,W,K,R,S (or x-written), repeatable; several x-written shapes "
+                        "may share one option with commas: 4096x4096x4096,1000x1000x1000")
+    p.add_argument("--trans", choices=("nn", "nt", "tn", "tt"), help="gemm: transposes of A and B (default nn)")
+    p.add_argument("--stride", type=int, help="conv2d: the stride of both axes (default 1)")
+    p.add_argument("--layout", choices=(CONTIGUOUS, CHANNELS_LAST),
+                   help="conv2d: the layout of x and y (default contiguous, i.e. NCHW)")
     p.add_argument("--cache-dir", help="cache directory (default: CUOPJIT_CACHE_DIR or the user cache dir)")
     config_args(p)
     p.set_defaults(func=lambda ns: cmd_tune(ns, config_of(ns)))

@@ -5,8 +5,11 @@ BatchNorm normalises each channel (dimension 1) of an N x C (x H x W ...) input.
 Training computes the batch mean and biased variance per channel over N, H, W, normalises with them, and updates
 running_mean/running_var in place with `momentum` (running_var takes the unbiased variance), as
 torch.nn.BatchNorm2d. Unset parameters default to gamma=1, beta=0, running_mean=0, running_var=1 (at first use).
+x and y are contiguous or both channels_last (a mismatch raises naming both layouts); channels_last runs its
+own kernels with no layout copy (batchnorm_nhwc.py, where its JITConfig fields are mapped). The plans are in
+batchnorm_plans.py.
 
-Kernels (templates/batchnorm/batchnorm.cu.jinja): inference is one `apply` launch; training is `stats`
+NCHW kernels (templates/batchnorm/batchnorm.cu.jinja): inference is one `apply` launch; training is `stats`
 (per-(channel, split) partials: per-plane, 16-byte loads and shifted sums; flat, Welford), `finalize` (a warp
 per channel: batch statistics, running update) and `apply` (per-plane: tiles in reverse order, so what stats
 read last is re-read from L2 first; an x that fits in L2 is re-read from L2 entirely), with the partials and the
@@ -30,24 +33,16 @@ optimization_level and max_registers reach NVRTC.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from ..build import pipeline
-from ..config import ConfigSnapshot
-from ..run.plan import Arg, Family, KernelLaunch, Plan, i32, i64, ptr, scalar
-from ..target import Target
+from ..layout import CHANNELS_LAST, CONTIGUOUS
 from ..tensor import Tensor, empty
-from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
+from .base import Operator
+from .batchnorm_plans import FAMILY, OPERANDS, BatchNormProblem
+from .layouts import same_layout
 from .params import non_negative_eps, plan_setting, unit_interval_momentum
-from . import knobs
 
-TEMPLATE = "batchnorm/batchnorm.cu.jinja"
-DEFAULT_THREADS = 256
-STATS_STEPS = 4   # per-plane stats: loads of NV vectors per thread in one work unit
-FOLD_FINALIZE = True  # per-plane training: the finalize folded into the apply (two launches; NOTES.md 16 v2)
-OPERANDS = ("x", "y", "gamma", "beta", "running_mean", "running_var")
 DEFAULTS = {"gamma": 1.0, "beta": 0.0, "running_mean": 0.0, "running_var": 1.0}
 
 
@@ -58,140 +53,6 @@ class _Unset:
 
 
 UNSET = _Unset()
-
-
-@dataclass(frozen=True)
-class BatchNormProblem:
-    """x of N x C x HW (HW = 1 for N x C); `aligned`: x and y 16-byte aligned; momentum only when training."""
-    dtype: str
-    n: int
-    c: int
-    hw: int
-    aligned: bool
-    training: bool
-    eps: float
-    momentum: float = 0.0
-
-
-@dataclass(frozen=True)
-class BatchNormChoice:
-    """Threads per block; the apply kernel's scalars per access, vectors per thread and per-plane form."""
-    threads: int
-    vec: int
-    nv: int
-    plane: bool
-    unroll: bool
-    opts: pipeline.CompileOpts = pipeline.DEFAULT_OPTS
-
-    @property
-    def label(self) -> str:
-        return f"{'p' if self.plane else 'f'}v{self.vec}n{self.nv}t{self.threads}"
-
-
-def choices(problem: BatchNormProblem, cfg: ConfigSnapshot, target: Target) -> list[BatchNormChoice]:
-    """The one kernel shape `cfg` names for this problem."""
-    knobs.check("batch norm", cfg)
-    dtype = np.dtype(problem.dtype)
-    vw = vector_width(dtype)
-    plane = problem.hw > 1 and cfg.enable_shared_memory_opt and cfg.kernel_type != "simple"
-    aligned = problem.aligned and problem.hw % vw == 0
-    vec = vw if (plane and cfg.enable_memory_coalescing and aligned) else 1
-    ept = cfg.tile_size or (16 if dtype == np.float32 else 8)
-    nv = max(1, ept // vec) if plane else 1
-    return [BatchNormChoice(cfg.block_size or DEFAULT_THREADS, vec, nv, plane, cfg.enable_loop_unroll,
-                            pipeline.compile_opts(cfg))]
-
-
-def _spec(dtype: np.dtype, kind: str, choice: BatchNormChoice, training: bool = False) -> pipeline.KernelSpec:
-    """The apply kernel of `choice` (tiles reversed when training; per-plane training with FOLD_FINALIZE:
-    the finalize folded in), its stats kernel (per-plane: the same vectors; else scalar), or the finalize
-    kernel."""
-    vec, nv, plane = (choice.vec, choice.nv, choice.plane) if kind != "finalize" else (1, 1, False)
-    if kind == "stats" and not plane:
-        vec, nv = 1, 1
-    reverse = int(kind == "apply" and plane and training)
-    fold = reverse and FOLD_FINALIZE
-    params = {"kind": kind, "scalar_t": scalar_t(dtype), "unroll": choice.unroll, "VEC": vec, "NV": nv,
-              "THREADS": choice.threads, "plane": int(plane), "REVERSE": reverse}
-    if fold:
-        params["FOLD"] = 1
-    if kind == "stats" and plane:
-        params["SEG"] = stats_segment(choice)
-    tag = {"apply": choice.label + ("r" if reverse else "") + ("f" if fold else ""), "stats": choice.label if plane else f"t{choice.threads}",
-           "finalize": f"t{choice.threads}"}[kind]
-    name = f"batchnorm_{kind}_{dtype_tag(dtype)}_{tag}" + ("" if choice.unroll else "_nounroll")
-    return pipeline.make_spec(TEMPLATE, f"batchnorm_{kind}", name, params, choice.opts)
-
-
-def stats_segment(choice: BatchNormChoice) -> int:
-    """Vectors of one plane in a per-plane stats work unit: four steps of the block's loads."""
-    return choice.threads * choice.nv * STATS_STEPS
-
-
-def stats_splits(problem: BatchNormProblem, choice: BatchNormChoice, target: Target) -> int:
-    """Blocks per channel of the stats kernel: per-plane, enough for every SM's resident blocks (one
-    wave, so every block walks its units in step and the last planes read are the last in x); else
-    four blocks per SM."""
-    n, c, hw, threads = problem.n, problem.c, problem.hw, choice.threads
-    if choice.plane:
-        units = n * cdiv(hw // choice.vec, stats_segment(choice))
-        return max(1, min(units, target.sm_count * (2048 // threads) // c))
-    return max(1, min(cdiv(4 * target.sm_count, c), cdiv(n * hw, threads), 1024))
-
-
-def plan(problem: BatchNormProblem, choice: BatchNormChoice, target: Target) -> Plan:
-    """Operands x, y, gamma, beta, running_mean, running_var; training adds the workspace (index 6):
-    c * splits * 3 partials, then (with a finalize kernel) the batch mean and variance (c each)."""
-    dtype = np.dtype(problem.dtype)
-    units = "FP32 cores" if dtype == np.float32 else "FP64 cores"
-    n, c, hw, threads = problem.n, problem.c, problem.hw, choice.threads
-    total = n * c * hw
-    if choice.plane:
-        tiles = cdiv(hw // choice.vec, threads * choice.nv)
-        grid = min(n * c * tiles, 2 ** 31 - 1)
-    else:
-        grid = min(cdiv(total, threads), 2 ** 31 - 1)
-
-    def apply(mean: Arg, var: Arg) -> KernelLaunch:
-        return KernelLaunch(_spec(dtype, "apply", choice, problem.training), (grid,), (threads,),
-                            (ptr(0), ptr(1), ptr(2), ptr(3), mean, var, i64(total), i32(c), i64(hw),
-                             scalar(dtype, problem.eps)), units=units)
-
-    if not problem.training:
-        return Plan((apply(ptr(4), ptr(5)),), OPERANDS, choice=choice.label)
-    splits = stats_splits(problem, choice, target)
-    ws = len(OPERANDS)
-    partials = c * splits * 3 * dtype.itemsize
-    mean, var = ptr(ws, partials), ptr(ws, partials + c * dtype.itemsize)
-    stats = KernelLaunch(_spec(dtype, "stats", choice), (c * splits,), (threads,),
-                         (ptr(0), ptr(ws), i32(n), i32(c), i64(hw), i32(splits)), units=units)
-    if choice.plane and FOLD_FINALIZE:
-        fold = KernelLaunch(_spec(dtype, "apply", choice, True), (grid,), (threads,),
-                            (ptr(0), ptr(1), ptr(2), ptr(3), ptr(ws), ptr(4), ptr(5), i64(total), i32(c), i64(hw),
-                             scalar(dtype, problem.eps), i32(splits), scalar(dtype, problem.momentum)), units=units)
-        return Plan((stats, fold), OPERANDS, workspace=partials, choice=choice.label)
-    finalize = KernelLaunch(_spec(dtype, "finalize", choice), (cdiv(c, threads // 32),), (threads,),
-                            (ptr(ws), mean, var, ptr(4), ptr(5), i32(c), i32(splits),
-                             scalar(dtype, problem.momentum)), units=units)
-    return Plan((stats, finalize, apply(mean, var)), OPERANDS, workspace=partials + 2 * c * dtype.itemsize,
-                choice=choice.label)
-
-
-def problems() -> list[BatchNormProblem]:
-    """Inference and training on NCHW (aligned planes: vectorised; 5 x 7 planes: scalar) and N x C (flat),
-    both dtypes."""
-    out = []
-    for dt in ("float32", "float64"):
-        out += [BatchNormProblem(dt, 32, 64, 56 * 56, True, False, 1e-5),
-                BatchNormProblem(dt, 2, 3, 5 * 7, True, False, 1e-5),
-                BatchNormProblem(dt, 32, 64, 1, True, False, 1e-5),
-                BatchNormProblem(dt, 32, 64, 56 * 56, True, True, 1e-5, 0.1),
-                BatchNormProblem(dt, 2, 3, 5 * 7, True, True, 1e-5, 0.1),
-                BatchNormProblem(dt, 32, 64, 1, True, True, 1e-5, 0.1)]
-    return out
-
-
-FAMILY = Family("batchnorm", choices, plan, problems)
 
 
 class BatchNorm(Operator):
@@ -260,12 +121,13 @@ class BatchNorm(Operator):
 
     def problem(self, x: Tensor, y: Tensor) -> BatchNormProblem | None:
         name = type(self).__name__
-        self.check_operand("x", x)
-        self.check_operand("y", y)
+        x = self.check_operand("x", x, layouts=(CONTIGUOUS, CHANNELS_LAST))
+        y = self.check_operand("y", y, layouts=(CONTIGUOUS, CHANNELS_LAST))
         if x.ndim < 2:
             raise ValueError(f"{name}: x must be N x C or N x C x H x W (at least 2-D), got shape {list(x.shape)}")
         if tuple(y.shape) != tuple(x.shape):
             raise ValueError(f"{name}: y has shape {list(y.shape)}, expected x's shape {list(x.shape)}")
+        layout = same_layout(name, [("x", x), ("y", y)])
         n, c, hw = x.shape[0], x.shape[1], math.prod(x.shape[2:])
         for key, t in self._params.items():
             if t is not UNSET and tuple(t.shape) != (c,):
@@ -281,7 +143,7 @@ class BatchNorm(Operator):
         if self._training and n * hw < 2:
             raise ValueError(f"{name}: training needs more than one value per channel, x has shape {list(x.shape)}")
         return BatchNormProblem(self.dtype.name, n, c, hw, ((x.ptr | y.ptr) & 15) == 0, self._training, self._eps,
-                                self._momentum if self._training else 0.0)
+                                self._momentum if self._training else 0.0, layout)
 
     def work(self, x: Tensor, y: Tensor) -> tuple[float, float]:
         """2 flops per element, x read (training: twice) and y written once, 4 parameters per channel read."""

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..tensor import Tensor, tensor
+from ..creation import tensor
+from ..tensor import Tensor
 
 _NAMES = ("gamma", "beta", "mean", "var")
 

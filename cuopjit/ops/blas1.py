@@ -140,7 +140,7 @@ def dot_choices(problem: DotProblem, cfg: ConfigSnapshot, target: Target) -> lis
                                                       vectors=DOT_VECTORS)
     if cfg.kernel_type == "simple":
         vec, items = 1, 1
-    return [elementwise.MapChoice(threads, vec, items, False, cfg.enable_loop_unroll, pipeline.compile_opts(cfg))]
+    return [elementwise.MapChoice(threads, vec, items, False, cfg.enable_loop_unroll, opts=pipeline.compile_opts(cfg))]
 
 
 def dot_plan(problem: DotProblem, choice: elementwise.MapChoice, target: Target) -> Plan:

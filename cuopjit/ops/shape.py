@@ -1,7 +1,11 @@
 """FlattenFloat / ViewFloat (and Double): reshaping copies into a caller-supplied output.
 
 Flatten copies x into y, whose shape must be x's shape with dims start_dim..end_dim merged: the
-streaming copy of elementwise.py (its docstring maps the JITConfig fields). View copies the
+streaming copy of elementwise.py (its docstring maps the JITConfig fields). y is contiguous (row-major
+over the logical order, as torch.flatten's result); x may be channels_last or transposed, and then the
+copy is the layout copy of layouts.py in the same one pass (x's logical order written into y, as
+torch.flatten copies a channels_last tensor). View reads logical sub-blocks of a contiguous x only: a
+channels_last or transposed x raises, saying to convert it with cuopjit.contiguous first. View copies the
 sub-block of x that starts at `offset` and has `shape` into y (templates/shape/copy_view.cu.jinja, the
 family below); it raises when the block leaves x. How each JITConfig field changes View:
 
@@ -29,8 +33,11 @@ from ..config import ConfigSnapshot
 from ..run.plan import Family, KernelLaunch, Plan, i64, ptr
 from ..target import Target
 from ..tensor import Tensor
+from ..layout import CONTIGUOUS, LAYOUTS
 from .elementwise import kernels as elementwise
 from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
+from . import layouts
+from .choice import kernel_choice
 
 VIEW_TEMPLATE = "shape/copy_view.cu.jinja"
 VIEW_THREADS = 256
@@ -51,18 +58,35 @@ def flattened_shape(shape: Sequence[int], start_dim: int = 1, end_dim: int = -1)
     return tuple(shape[:s]) + (math.prod(shape[s:e + 1]),) + tuple(shape[e + 1:])
 
 
-class Flatten(Operator):
-    """y = x with dims start_dim..end_dim merged (a copy into y): `forward(x, y, start_dim=1, end_dim=-1)`."""
+def _is_relayout(problem: Any) -> bool:
+    return isinstance(problem, layouts.RelayoutProblem)
 
-    family = elementwise.family("copy")
+
+def _flatten_problems() -> list:
+    """The streaming copy's problems and NHWC -> NCHW orders (ResNet's 56 x 56 x 256, an odd 7 x 7 x 33)."""
+    return elementwise.problems("copy") + [layouts.RelayoutProblem(dt, n, hw, c) for dt in ("float32", "float64")
+                                           for n, hw, c in ((32, 56 * 56, 256), (2, 49, 33))]
+
+
+FLATTEN = Family("flatten",
+                 lambda p, cfg, t: (layouts.choices if _is_relayout(p) else elementwise.choices)(p, cfg, t),
+                 lambda p, choice, t: (layouts.plan if _is_relayout(p) else elementwise.plan)(p, choice, t),
+                 _flatten_problems)
+
+
+class Flatten(Operator):
+    """y = x with dims start_dim..end_dim merged (a copy into y): `forward(x, y, start_dim=1, end_dim=-1)`; x of
+    any layout, y contiguous."""
+
+    family = FLATTEN
 
     def bind(self, x: Tensor, y: Tensor, start_dim: int = 1, end_dim: int = -1) -> tuple:
         key = (x.plan_key, y.plan_key, start_dim, end_dim)
         return key, (x.ptr, y.ptr), y
 
     def problem(self, x: Tensor, y: Tensor, start_dim: int = 1, end_dim: int = -1
-                 ) -> elementwise.MapProblem | None:
-        self.check_operand("x", x)
+                 ) -> elementwise.MapProblem | layouts.RelayoutProblem | None:
+        x = self.check_operand("x", x, layouts=LAYOUTS)
         self.check_operand("y", y)
         want = flattened_shape(x.shape, start_dim, end_dim)
         if tuple(y.shape) != want:
@@ -70,6 +94,9 @@ class Flatten(Operator):
                              f"(x of shape {list(x.shape)} flattened from dim {start_dim} to {end_dim})")
         if x.size == 0:
             return None
+        src = layouts.memory_layout(x)
+        if src != CONTIGUOUS:
+            return layouts.RelayoutProblem(self.dtype.name, *layouts.transposition(x.shape, src, CONTIGUOUS))
         return elementwise.MapProblem("copy", self.dtype.name, x.size, ((x.ptr | y.ptr) & 15) == 0)
 
     def work(self, x: Tensor, *args: Any, **kwargs: Any) -> tuple[float, float]:
@@ -89,16 +116,9 @@ class ViewProblem:
     aligned: bool
 
 
-@dataclass(frozen=True)
-class ViewChoice:
-    """Threads per block and scalars per access."""
-    threads: int
-    vec: int
-    opts: pipeline.CompileOpts = pipeline.DEFAULT_OPTS
-
-    @property
-    def label(self) -> str:
-        return f"b{self.threads}_v{self.vec}"
+ViewChoice = kernel_choice(
+    "ViewChoice", "threads vec", "b{threads}_v{vec}",
+    "Threads per block and scalars per access.")
 
 
 def view_problem(dtype: np.dtype, xshape: Sequence[int], offset: Sequence[int], shape: Sequence[int],
@@ -121,7 +141,7 @@ def view_choices(problem: ViewProblem, cfg: ConfigSnapshot, target: Target) -> l
     vec = vector_width(np.dtype(problem.dtype))
     wide = (cfg.kernel_type != "simple" and cfg.enable_memory_coalescing and problem.aligned
             and problem.run % vec == 0 and problem.base % vec == 0 and all(s % vec == 0 for _, s in problem.outer))
-    return [ViewChoice(cfg.block_size or VIEW_THREADS, vec if wide else 1, pipeline.compile_opts(cfg))]
+    return [ViewChoice(cfg.block_size or VIEW_THREADS, vec if wide else 1, opts=pipeline.compile_opts(cfg))]
 
 
 def view_plan(problem: ViewProblem, choice: ViewChoice, target: Target) -> Plan:

@@ -1,4 +1,4 @@
-"""Convolution2DFloat / Convolution2DDouble: NCHW 2-D convolution (cuOP `Convolution2DFloat`).
+"""Convolution2DFloat / Convolution2DDouble: 2-D convolution of NCHW or channels_last tensors (cuOP `Convolution2DFloat`).
 
 `Convolution2DFloat(in_channels, out_channels, kernel_h, kernel_w, stride_h=1, stride_w=1,
 dilation_h=1, dilation_w=1, groups=1, relu=False, pad_h=0, pad_w=0)`; `set_weight(W)` with W of
@@ -8,7 +8,15 @@ when relu) and returns it. The output is N x out_channels x OH x OW with PyTorch
 
     OH = (H + 2 pad_h - dilation_h (kernel_h - 1) - 1) // stride_h + 1     (OW likewise)
 
-which `output_shape(x_shape)` computes. Kernels: cuopjit/ops/conv2d_plans.py.
+which `output_shape(x_shape)` computes. Kernels: cuopjit/ops/conv2d/plans.py.
+
+Layouts: x and y may each be contiguous (NCHW) or channels_last (`Tensor.layout`, torch's
+memory_format=torch.channels_last): the tensor passed as y decides the output's layout, and every pairing
+runs without a layout copy of x or y (NCHW x on the Hopper tensor-core kernel excepted: an internal NHWC copy,
+counted in its time); output-shaped epilogue operands must have y's layout. The weight and bias are
+contiguous. The weight is packed into the layouts the kernels read once per `set_weight` (and by the first
+forward of a kernel that needs a layout not packed yet), into memory the operator keeps, not per forward:
+call set_weight again after changing the weight's values in place.
 
 `set_epilogue(expr, **bound)` (cuopjit/ops/epilogue_operator.py) replaces the whole epilogue: y = expr over acc
 (the convolution), c (y's old value) and operands ([K] / [K, 1, 1] per channel, output-shaped full, ...), e.g.
@@ -23,11 +31,19 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ...config import RunSettings
+from ...device import driver, streams
+from ...layout import CHANNELS_LAST, CONTIGUOUS
+from ...run import executor
+from ...target import Target
 from ...tensor import Tensor
-from . import plans as conv2d_plans
+from . import packing, plans as conv2d_plans
+from .problem import ConvPlan
 from ..base import Operator
 from ..epilogue_operator import Fusable
 from ..params import plan_setting
+
+_LAYOUTS = (CONTIGUOUS, CHANNELS_LAST)
 
 
 def _positive(name: str, value: Any, low: int = 1) -> int:
@@ -68,6 +84,8 @@ class Convolution2D(Fusable, Operator):
         self._relu = bool(relu)
         self._weight: Tensor | None = None
         self._bias: Tensor | None = None
+        # packing.key(plan) -> (the packed weight's memory, its packing runner, the number of plan operands)
+        self._packed: dict[tuple, tuple[Tensor, object, int]] = {}
         self._settings_changed()
 
     relu = plan_setting("relu", bool, _no_expression)
@@ -91,9 +109,45 @@ class Convolution2D(Fusable, Operator):
         return (self.out_channels, self.in_channels // self.groups, self.kernel_h, self.kernel_w)
 
     def set_weight(self, weight: Tensor) -> None:
-        """W of shape [out_channels, in_channels / groups, kernel_h, kernel_w] (read at every forward)."""
-        self._weight = self.check_operand("weight", weight, shape=self.weight_shape)
+        """W of shape [out_channels, in_channels / groups, kernel_h, kernel_w], contiguous: packed again now into
+        every layout earlier forwards packed (on the current stream), the others when a forward first needs them."""
+        self._weight = self.check_operand("weight", weight, shape=self.weight_shape, layouts=(CONTIGUOUS,))
         self._settings_changed()
+        for k, held in list(self._packed.items()):
+            if held[0].device != self._weight.device:
+                del self._packed[k]
+            else:
+                self._pack(held, streams.local.stream)
+
+    def check_operand(self, name: str, t: Any, ndim: int | None = None, shape: Sequence[int] | None = None,
+                      layouts: tuple[str, ...] = _LAYOUTS) -> Tensor:
+        """The base check; contiguous and channels_last tensors both pass unless `layouts` says otherwise."""
+        return super().check_operand(name, t, ndim, shape, layouts)
+
+    def _pack(self, held: tuple, stream: int) -> None:
+        """Run a packing (weight -> the kept memory) on `stream`."""
+        memory, run, operands = held
+        run((0, self._weight.ptr) + (0,) * (operands - 2), stream)
+
+    def _choose(self, problem: Any, settings: RunSettings, target: Target, args: tuple, kwargs: dict):
+        """The family's (or auto-tuning's) plan; one that packs the weight is split (conv2d/packing.py): the packing
+        runs now, once for every plan of the same packed layout, into memory this operator keeps, and the plan
+        returned reads it there."""
+        plan = super()._choose(problem, settings, target, args, kwargs)
+        size = packing.packed_bytes(plan) if isinstance(plan, ConvPlan) else 0
+        if not size:
+            return plan
+        key = packing.key(plan)
+        held = self._packed.get(key)
+        if held is None:
+            memory = Tensor((-(-size // 8),), np.float64)
+            ordinal = driver.current_ordinal()
+            run = executor.load(packing.split(plan, memory.ptr)[0], ordinal, settings, type(self).__name__)
+            held = self._packed.setdefault(key, (memory, run, len(plan.operands)))
+            s = streams.local.stream
+            self._pack(held, s)
+            streams.synchronize(s)     # the forward may run on another stream
+        return packing.split(plan, held[0].ptr)[1]
 
     def set_bias(self, bias: Tensor | None) -> None:
         """b of shape [out_channels], added in the epilogue; None removes it."""
@@ -140,7 +194,7 @@ class Convolution2D(Fusable, Operator):
                              "before forward")
         self.check_operand("x", x, ndim=4)
         self.check_operand("y", y)
-        self.check_operand("weight", self._weight, shape=self.weight_shape)
+        self.check_operand("weight", self._weight, shape=self.weight_shape, layouts=(CONTIGUOUS,))
         if self._bias is not None:
             self.check_operand("bias", self._bias, shape=(self.out_channels,))
         n, c, h, w = x.shape
@@ -155,6 +209,7 @@ class Convolution2D(Fusable, Operator):
             _, fw = self._out_size(w, pw, self.kernel_w, self.dilation_w, self.stride_w, "W")
             raise ValueError(f"{name}: y has shape {list(y.shape)}, expected {list(expected)}: {fh}; {fw}")
         fused = self.epilogue_key(expected, operands)
+        self._check_full_layouts(y, operands)
         if y.size == 0:
             return None
         if n * expected[2] * expected[3] >= 2 ** 31:
@@ -163,7 +218,18 @@ class Convolution2D(Fusable, Operator):
         return conv2d_plans.ConvProblem(self.dtype.name, n, c, h, w, self.out_channels, self.kernel_h,
                                           self.kernel_w, self.stride_h, self.stride_w, ph, pw, self.dilation_h,
                                           self.dilation_w, self.groups, self._bias is not None, self._relu,
-                                          (y.ptr & 15) == 0, fused)
+                                          (y.ptr & 15) == 0, fused, x.layout == CHANNELS_LAST,
+                                          y.layout == CHANNELS_LAST, (x.ptr | self._weight.ptr) & 15 == 0)
+
+    def _check_full_layouts(self, y: Tensor, operands: dict) -> None:
+        """Output-shaped epilogue operands are indexed as y is: they must have y's layout."""
+        if self._fused is None:
+            return
+        for name in self._fused.operands:
+            v = operands.get(name, self._bound.get(name))
+            if isinstance(v, Tensor) and tuple(v.shape) == tuple(y.shape) and v.layout != y.layout:
+                raise ValueError(f"{type(self).__name__}: epilogue operand {name} is {v.layout} but y is {y.layout}: "
+                                 f"output-shaped operands must have y's layout")
 
     def work(self, x: Tensor, y: Tensor, pad_h: int | None = None, pad_w: int | None = None,
              **operands: Any) -> tuple[float, float]:

@@ -1,14 +1,18 @@
-"""The Convolution2D family: NCHW 2-D convolution (templates/conv2d/conv2d.cu.jinja, conv2d_direct.cu.jinja,
-conv2d_wgmma.cu.jinja).
+"""The Convolution2D family: 2-D convolution of NCHW or channels_last (NHWC) tensors, each of x and y either
+(templates/conv2d/conv2d.cu.jinja, conv2d_direct.cu.jinja, conv2d_wgmma.cu.jinja; problem.py holds the problem).
 
-Three pipeline. On sm_90, float32 tensor-core work (TF32 or 3xTF32) on layers of one group (strides
-up to 8) goes to the wgmma kernel (cuopjit/ops/conv2d/wgmma.py: an NHWC copy read by TMA, wgmma from
-swizzled shared memory) where its `why_not` allows and tile_size / block_size are ones it builds;
-the rest runs as below. The implicit GEMM (a pack launch puts the weight in a zero-padded [G][K][M] workspace,
-then one launch: M = output channels per group, N = output pixels, K = Cg * kh * kw, the input
-addressed through an operand iterator, no im2col buffer) and, for layers with fewer than
-DIRECT_BELOW output channels per group (depthwise), a direct kernel. How each JITConfig field
-changes the code:
+Four kernels. A 1x1 layer of stride 1 on channels_last x and y is one GEMM, y[NHW, K] = x[NHW, C] @ W^T,
+planned by the GEMM family (gemm_route.py: no im2col, no copy, nothing packed): it comes first, except for
+3xTF32, where the GEMM would split both operands per call (the convolution kernels split the weight once), and
+where the GEMM's wgmma grid is small (batch 1) and the k-sliced implicit GEMM below fills the GPU.
+On sm_90, float32 tensor-core work (TF32 or 3xTF32) on layers of one group (strides up to 8) goes to the wgmma
+kernel (wgmma.py: TMA reads a channels_last x as it is, an NCHW x through an NHWC copy) where its `why_not`
+allows and tile_size / block_size are ones it builds; the rest runs as below. The implicit GEMM (the weight
+packed into a zero-padded [G][K][M] buffer, then one launch: M = output channels per group, N = output
+pixels, K = Cg * kh * kw, the input addressed through an operand iterator, no im2col buffer) and, for layers
+with fewer than DIRECT_BELOW output channels per group (depthwise), a direct kernel. A plan that packs the
+weight is a problem.ConvPlan: a Convolution2D packs once per set_weight (packing.py), not per forward. How
+each JITConfig field changes the code:
 
     kernel_type     implicit GEMM: "auto": float64 -> DMMA mma.sync (exact FP64 FMAs); float32 -> SIMT,
                     or TF32 mma.sync with enable_tensor_core=True. "tiled" / "warp_optimized": the same,
@@ -34,11 +38,10 @@ changes the code:
 optimization_level and max_registers reach NVRTC.
 
 A user epilogue (ConvProblem.epilogue, cuopjit/ops/epilogue.py; bias and relu are then off) replaces bias and
-ReLU where each kernel stores y: its operands follow x, weight, bias, y, then comes the workspace.
+ReLU where each kernel stores y: its operands follow x, weight, bias, y, then comes the workspace; an
+output-shaped operand has y's layout.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,76 +52,18 @@ from ...target import Target
 from .. import epilogue
 from ..base import cdiv, dtype_tag, scalar_t, vector_width
 from ..gemm.plans import uses_tensor_cores
-from . import wgmma as conv2d_wgmma
-from .shapes import BLOCKS, TILES, TUNED, WIDE, Shape, derive, valid_threads, why_not
+from . import gemm_route, splitk, wgmma as conv2d_wgmma
+from .problem import ConvChoice, ConvPlan, ConvProblem, problems
+from .shapes import BLOCKS, TILES, TUNED, WIDE, derive, valid_threads, why_not
 
 TEMPLATE, DIRECT_TEMPLATE = "conv2d/conv2d.cu.jinja", "conv2d/conv2d_direct.cu.jinja"
 DIRECT_BELOW = 8          # output channels per group under which the direct kernel runs
 DIRECT_OPT = 4            # adjacent outputs per thread of the direct kernel
+SMALL_OUTPUT = 1 << 23    # float32 SIMT windows with at most this many outputs (ResNet's 3x3 at <= 28^2) take 64 x 64
+FEW_TILES = 0.25          # a wgmma grid of fewer tiles than this many per SM yields to the k-sliced mma.sync kernel
 _PAD = {("float32", False): 4, ("float64", False): 2, ("float32", True): 8, ("float64", True): 4}
 UNITS = {("float32", False): "FP32 cores (SIMT)", ("float64", False): "FP64 cores (SIMT)",
          ("float32", True): "TF32 tensor cores (mma.sync)", ("float64", True): "FP64 tensor cores (DMMA mma.sync)"}
-
-
-@dataclass(frozen=True)
-class ConvProblem:
-    """One convolution: x N x C x H x W, weight K x C/groups x kh x kw, window and epilogue (bias, relu, or a user
-    epilogue's key); 16-byte alignment."""
-    dtype: str
-    n: int
-    c: int
-    h: int
-    w: int
-    k: int
-    kh: int
-    kw: int
-    sh: int = 1
-    sw: int = 1
-    ph: int = 0
-    pw: int = 0
-    dh: int = 1
-    dw: int = 1
-    groups: int = 1
-    bias: bool = False
-    relu: bool = False
-    aligned: bool = True
-    epilogue: str = ""
-
-    @property
-    def oh(self) -> int:
-        return (self.h + 2 * self.ph - self.dh * (self.kh - 1) - 1) // self.sh + 1
-
-    @property
-    def ow(self) -> int:
-        return (self.w + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
-
-    @property
-    def cg(self) -> int:
-        return self.c // self.groups
-
-    @property
-    def kg(self) -> int:
-        return self.k // self.groups
-
-
-@dataclass(frozen=True)
-class ConvChoice:
-    """The direct kernel (shape None: threads, outputs per thread) or an implicit-GEMM shape, plus switches."""
-    shape: Shape | None
-    threads: int
-    opt: int = 1
-    pad: bool = True
-    unroll: bool = True
-    coalesce: bool = True
-    split: bool = False     # 3xTF32 products (float32 mma only)
-    opts: pipeline.CompileOpts = pipeline.DEFAULT_OPTS
-
-    @property
-    def label(self) -> str:
-        head = self.shape.label if self.shape else f"direct_o{self.opt}_b{self.threads}"
-        return (head + ("_3xtf32" if self.split else "") + ("" if self.coalesce else "_scalar")
-                + ("" if self.pad or not self.shape else "_nopad")
-                + ("" if self.unroll else "_nounroll"))
 
 
 def _auto_tile(problem: ConvProblem, cfg: ConfigSnapshot, mma: bool, target: Target) -> int:
@@ -136,9 +81,36 @@ def _auto_tile(problem: ConvProblem, cfg: ConfigSnapshot, mma: bool, target: Tar
                 good[-1])
 
 
-def choices(problem: ConvProblem, cfg: ConfigSnapshot, target: Target) -> list[ConvChoice]:
+def choices(problem: ConvProblem, cfg: ConfigSnapshot, target: Target) -> list:
     """The kernel `cfg` names for this layer first; with tile and block free, the other default shapes
-    (wide 64 x 128, square 128 and 64) follow as auto-tuning candidates."""
+    (wide 64 x 128, square 128 and 64) follow as auto-tuning candidates; a pointwise channels_last layer
+    adds the GEMM family's choices (first, except for 3xTF32: see the module docstring)."""
+    found = _conv_choices(problem, cfg, target)
+    if not gemm_route.applies(problem):
+        return found
+    try:
+        routed = gemm_route.choices(problem, cfg, target)
+    except ValueError:          # a tile_size / block_size only the convolution kernels build
+        return found
+    return found + routed if _convolution_leads(problem, cfg, target, found, routed) else routed + found
+
+
+def _convolution_leads(problem: ConvProblem, cfg: ConfigSnapshot, target: Target, found: list, routed: list) -> bool:
+    """Whether a pointwise channels_last layer runs a convolution kernel rather than the GEMM (H100, ResNet-50):
+    TF32 where the GEMM's wgmma grid is under one wave and either the k-sliced implicit GEMM fills the GPU or the
+    reduction is long (C >= 1024: the channel-major wgmma convolution, 4-20% ahead); 3xTF32 unless the layer is
+    wide (K >= 1024: the GEMM's per-call operand split is cheap beside M N K there, 10-24% ahead)."""
+    tiles = gemm_route.lead_tiles(problem, routed[0])
+    if cfg.precision == "3xtf32" and cfg.kernel_type != "simple":
+        return not (problem.k >= 1024 and tiles)
+    if not tiles or tiles >= target.sm_count:
+        return False
+    return (getattr(found[0], "split_k", 1) > 1 or tiles < FEW_TILES * target.sm_count
+            or problem.c >= 1024 and isinstance(found[0], conv2d_wgmma.WgmmaConvChoice))
+
+
+def _conv_choices(problem: ConvProblem, cfg: ConfigSnapshot, target: Target) -> list:
+    """The convolution kernels' choices (the wgmma kernel's, the direct kernel's or the implicit GEMM's)."""
     if problem.dtype not in ("float32", "float64"):
         raise TypeError(f"Convolution2D supports float32 and float64, not {problem.dtype}")
     precision = getattr(cfg, "precision", "tf32")
@@ -152,17 +124,31 @@ def choices(problem: ConvProblem, cfg: ConfigSnapshot, target: Target) -> list[C
                          f"{', '.join(map(str, TILES))}")
     wgmma = mma or cfg.enable_tma and target.tma and cfg.kernel_type != "simple"
     if wgmma and problem.kg >= DIRECT_BELOW and conv2d_wgmma.applies(problem, cfg, target, split):
-        return conv2d_wgmma.choices(problem, cfg, target, split)
-    switches = {"unroll": cfg.enable_loop_unroll, "coalesce": cfg.enable_memory_coalescing,
-                "opts": pipeline.compile_opts(cfg)}
+        found = conv2d_wgmma.choices(problem, cfg, target, split)
+        if cfg.tile_size or cfg.block_size or conv2d_wgmma.tiles(problem, found[0]) >= FEW_TILES * target.sm_count:
+            return found
+        # A handful of persistent tiles (batch 1, small images): the mma.sync kernel's k-slices fill the GPU.
+        sliced = _implicit(problem, cfg, target, True, split)
+        return sliced + found if sliced[0].split_k > 1 else found + sliced
     if problem.kg < DIRECT_BELOW:   # exact FMAs: every precision holds
         return [ConvChoice(None, cfg.block_size or 256, 1 if cfg.kernel_type == "simple" else DIRECT_OPT,
-                           **switches)]
+                           unroll=cfg.enable_loop_unroll, coalesce=cfg.enable_memory_coalescing,
+                           opts=pipeline.compile_opts(cfg))]
+    return _implicit(problem, cfg, target, mma, split)
+
+
+def _implicit(problem: ConvProblem, cfg: ConfigSnapshot, target: Target, mma: bool, split: bool) -> list[ConvChoice]:
+    """The implicit GEMM's choices: the tile cfg names or the heuristic's, k-sliced where its grid is small."""
+    switches = {"unroll": cfg.enable_loop_unroll, "coalesce": cfg.enable_memory_coalescing,
+                "opts": pipeline.compile_opts(cfg)}
     tile = cfg.tile_size or _auto_tile(problem, cfg, mma, target)
     wide = WIDE[problem.dtype, mma]
     npix = problem.n * problem.oh * problem.ow
     free = not cfg.tile_size and not cfg.block_size and cfg.kernel_type != "simple"
-    if free and tile == wide.bm and cdiv(problem.kg, wide.bm) * cdiv(npix, wide.bn) * problem.groups >= target.sm_count:
+    if (free and not mma and problem.dtype == "float32" and problem.kh * problem.kw > 1 and problem.cg >= 64
+            and npix * problem.kg <= SMALL_OUTPUT):
+        shape = TUNED["float32", False][1]    # 64 x 64 x 16: 16-deep k-tiles (H100 ResNet 3x3: 0.76-0.97x before)
+    elif free and tile == wide.bm and cdiv(problem.kg, wide.bm) * cdiv(npix, wide.bn) * problem.groups >= target.sm_count:
         shape = wide
     else:
         threads = cfg.block_size or TUNED[problem.dtype, mma][TILES[::-1].index(tile)].threads
@@ -173,7 +159,17 @@ def choices(problem: ConvProblem, cfg: ConfigSnapshot, target: Target) -> list[C
                          f"kernel: choose block_size {', '.join(map(str, valid_threads(problem.dtype, mma, tile)))}")
     # With tile and block left free, the other default shapes of the same kernel are auto-tuning candidates.
     found = [shape] + ([s for s in (wide, *TUNED[problem.dtype, mma][:2]) if s != shape] if free else [])
-    return [ConvChoice(s, s.threads, pad=cfg.enable_shared_memory_opt, split=split, **switches) for s in found]
+    made = [ConvChoice(s, s.threads, pad=cfg.enable_shared_memory_opt, split=split, **switches) for s in found]
+    if not free:
+        return made
+    # Too few tiles to fill the GPU: the 64 tile (where the heuristic fell to a smaller one) in k-slices first;
+    # the unsplit builds stay candidates.
+    sliced = shape if shape.bm >= 64 else TUNED[problem.dtype, mma][1]
+    slices = splitk.slices(problem, sliced, k_order(problem, sliced.bk)[2], target)
+    if slices > 1:
+        made.insert(0, ConvChoice(sliced, sliced.threads, pad=cfg.enable_shared_memory_opt, split=split,
+                                  split_k=slices, **switches))
+    return made
 
 
 def k_order(problem: ConvProblem, bk: int) -> tuple[str, int, int]:
@@ -190,10 +186,11 @@ def _window(problem: ConvProblem) -> dict:
     return {"KH": p.kh, "KW": p.kw, "SH": p.sh, "SW": p.sw, "PH": p.ph, "PW": p.pw, "DH": p.dh, "DW": p.dw}
 
 
-def _window_tag(problem: ConvProblem) -> str:
+def _window_tag(problem: ConvProblem, epilogues: bool = True) -> str:
     p = problem
     return (f"k{p.kh}x{p.kw}_s{p.sh}x{p.sw}_p{p.ph}x{p.pw}" + (f"_d{p.dh}x{p.dw}" if (p.dh, p.dw) != (1, 1) else "")
-            + ("_bias" if p.bias else "") + ("_relu" if p.relu else "") + epilogue.tag(p.epilogue))
+            + (("_bias" if p.bias else "") + ("_relu" if p.relu else "") + epilogue.tag(p.epilogue) if epilogues
+               else ""))
 
 
 def fused(problem: ConvProblem) -> tuple[tuple[str, ...], tuple, int]:
@@ -202,14 +199,19 @@ def fused(problem: ConvProblem) -> tuple[tuple[str, ...], tuple, int]:
     return operands, epilogue.args(problem.epilogue, 4), len(operands)
 
 
-def plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Plan:
+def plan(problem: ConvProblem, choice, target: Target) -> Plan:
     """Operands x, weight, bias, y (bias unread without one); the implicit GEMM packs the weight into the workspace."""
     if isinstance(choice, conv2d_wgmma.WgmmaConvChoice):
         return conv2d_wgmma.plan(problem, choice, target)
+    if isinstance(choice, gemm_route.GemmRouteChoice):
+        if not gemm_route.applies(problem):
+            raise ValueError("Convolution2D runs as a GEMM only 1x1 layers of stride 1, no padding, one group, with "
+                             "x and y channels_last: choose another kernel for this layer")
+        return gemm_route.plan(problem, choice, target)
     return (_gemm_plan if choice.shape else _direct_plan)(problem, choice, target)
 
 
-def _gemm_plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Plan:
+def _gemm_plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> ConvPlan:
     p, s, name = problem, choice.shape, problem.dtype
     reason = why_not(s, name)
     if reason:
@@ -221,40 +223,64 @@ def _gemm_plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Plan
     mpad, kpad = cdiv(p.kg, s.bm) * s.bm, ktiles * s.bk
     ohw, npix = p.oh * p.ow, p.n * p.oh * p.ow
     total = p.groups * kpad * mpad
+    per, splits = splitk.chunk(ktiles, choice.split_k)
+    if splits > 1 and not splitk.allowed(p):
+        raise ValueError(f"Convolution2D split_k={choice.split_k}: k-slices take layers of one group with y "
+                         "channels_last or one NCHW image; use split_k=1 here")
+    at = cdiv(splits * npix * p.k * dtype.itemsize, 256) * 256 if splits > 1 else 0   # the slices, then the weight
     pack = pipeline.make_spec(TEMPLATE, "conv2d_pack", f"conv2d_pack_{tag}_k{p.kh}x{p.kw}_{order}",
                              {"scalar_t": scalar_t(dtype), "unroll": True, "kernel": "pack", "KH": p.kh, "KW": p.kw,
                               "ORDER": order}, choice.opts)
     pack_launch = KernelLaunch(pack, (min(cdiv(total, 256), 1 << 20),), (256,),
-                               (ptr(1), ptr(ws), i32(p.cg), i32(p.kg), i32(ct * s.bk), i32(kpad), i32(mpad), i64(total)),
+                               (ptr(1), ptr(ws, at), i32(p.cg), i32(p.kg), i32(ct * s.bk), i32(kpad), i32(mpad),
+                                i64(total)),
                                units=UNITS[name, False].replace(" (SIMT)", ""))
     vec = (2 if s.mma else r) if choice.coalesce and p.aligned and ohw % (2 if s.mma else r) == 0 else 1
+    vm = min(s.tm, r)      # the SIMT thread's runs of consecutive channels (a channels_last y's vector stores)
     params = {"scalar_t": scalar_t(dtype), "unroll": choice.unroll, "kernel": "conv", "mma": s.mma, "BM": s.bm,
               "BN": s.bn, "BK": s.bk, "R": r, "PAD": _PAD[name, s.mma] if choice.pad else 0, "ORDER": order,
-              "VEC_OUT": vec, "bias": p.bias, "relu": p.relu, "split": choice.split,
-              "min_blocks": 2 if name == "float32" and s.threads == 256 and not choice.split else 1, **_window(p)}
+              "VEC_OUT": 1 if p.y_nhwc else vec, "bias": p.bias and splits == 1, "relu": p.relu and splits == 1,
+              "split": choice.split, "SPLIT_K": splits > 1,
+              "min_blocks": 2 if name == "float32" and s.threads == 256 and not choice.split else 1,
+              "X_NHWC": p.x_nhwc, "Y_NHWC": p.y_nhwc, **_window(p)}
+    if p.x_nhwc:     # loads of XV channels: 16 bytes where C, Cg and x line up
+        params["XV"] = r if p.x_aligned and p.c % r == 0 and p.cg % r == 0 and s.bk % r == 0 else 1
+    if p.y_nhwc:
+        params["VEC_M"] = choice.coalesce and not s.mma and p.aligned and p.kg % vm == 0
     params.update({"WARPS_M": s.tm, "WARPS_N": s.tn, "WARPS_K": s.wk} if s.mma else {"TM": s.tm, "TN": s.tn})
-    epilogue.add(params, p.epilogue, scalar_t(dtype))
+    epilogue.add(params, p.epilogue if splits == 1 else "", scalar_t(dtype))   # split: the reduction applies it
     kind = f"{('3xtf32' if choice.split else 'tf32') if name == 'float32' else 'dmma'}_" if s.mma else ""
-    readable = (f"conv2d_{tag}_{_window_tag(p)}_{kind}{s.label}_{order}_v{vec}" + ("" if choice.pad else "_nopad")
-                + ("" if choice.unroll else "_nounroll"))
+    readable = (f"conv2d_{tag}_{_window_tag(p) if splits == 1 else _window_tag(p, False)}_{kind}{s.label}_{order}"
+                + f"_v{1 if p.y_nhwc else vec}" + ("_splitk" if splits > 1 else "")
+                + p.layout_tag + ("" if choice.pad else "_nopad") + ("" if choice.unroll else "_nounroll"))
     spec = pipeline.make_spec(TEMPLATE, "conv2d", readable, params, choice.opts)
-    args = (ptr(0), ptr(ws), *((ptr(2),) if p.bias else ()), ptr(3), i32(p.c), i32(p.h), i32(p.w), i32(p.k),
-            i32(p.oh), i32(p.ow), i32(p.cg), i32(p.kg), i32(npix), i32(ct), i32(ktiles), i32(mpad), *extra)
+    if splits > 1:          # raw sums into the slices; the reduction reads the bias and the epilogue's operands
+        args = (ptr(0), ptr(ws, at), ptr(ws), i32(p.c), i32(p.h), i32(p.w), i32(p.k), i32(p.oh), i32(p.ow),
+                i32(p.cg), i32(p.kg), i32(npix), i32(ct), i32(ktiles), i32(mpad), i32(per))
+    else:
+        args = (ptr(0), ptr(ws, at), *((ptr(2),) if p.bias else ()), ptr(3), i32(p.c), i32(p.h), i32(p.w), i32(p.k),
+                i32(p.oh), i32(p.ow), i32(p.cg), i32(p.kg), i32(npix), i32(ct), i32(ktiles), i32(mpad), *extra)
     units = UNITS[name, s.mma].replace("TF32", "3xTF32") if choice.split else UNITS[name, s.mma]
-    conv = KernelLaunch(spec, (cdiv(npix, s.bn), cdiv(p.kg, s.bm), p.groups), (s.threads,), args, units=units)
+    conv = KernelLaunch(spec, (cdiv(npix, s.bn), cdiv(p.kg, s.bm), splits if splits > 1 else p.groups), (s.threads,),
+                        args, units=units)
+    launches = (pack_launch, conv)
+    if splits > 1:
+        launches += (splitk.reduce(p, splits, ptr(ws), ptr(3), target, UNITS[name, False], choice.unroll,
+                                   choice.opts),)
     size = total * dtype.itemsize
-    return Plan((pack_launch, conv), operands, workspace=cdiv(size, 256) * 256, choice=choice.label)
+    return ConvPlan(launches, operands, workspace=at + cdiv(size, 256) * 256, choice=choice.label,
+                    pack_launches=1, packed_at=at)
 
 
 def _direct_plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Plan:
     p, dtype = problem, np.dtype(problem.dtype)
     opt, r = choice.opt, vector_width(dtype)
-    vec = opt if choice.coalesce and p.aligned and opt == r and p.ow % opt == 0 else 1
+    vec = opt if choice.coalesce and p.aligned and opt == r and p.ow % opt == 0 and not p.y_nhwc else 1
     params = epilogue.add({"scalar_t": scalar_t(dtype), "unroll": choice.unroll, "THREADS": choice.threads,
-                           "OPT": opt, "VEC_OUT": vec, "bias": p.bias, "relu": p.relu, **_window(p)},
-                          p.epilogue, scalar_t(dtype))
+                           "OPT": opt, "VEC_OUT": vec, "bias": p.bias, "relu": p.relu, "X_NHWC": p.x_nhwc,
+                           "Y_NHWC": p.y_nhwc, **_window(p)}, p.epilogue, scalar_t(dtype))
     operands, extra, _ = fused(p)
-    readable = f"conv2d_direct_{dtype_tag(dtype)}_{_window_tag(p)}_{choice.label}_v{vec}"
+    readable = f"conv2d_direct_{dtype_tag(dtype)}_{_window_tag(p)}_{choice.label}_v{vec}{p.layout_tag}"
     spec = pipeline.make_spec(DIRECT_TEMPLATE, "conv2d_direct", readable, params, choice.opts)
     owg = cdiv(p.ow, opt)
     total = p.n * p.k * p.oh * owg
@@ -263,19 +289,6 @@ def _direct_plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Pl
     launch = KernelLaunch(spec, (min(cdiv(total, choice.threads), 1 << 20),), (choice.threads,), args,
                           units=UNITS[p.dtype, False])
     return Plan((launch,), operands, choice=choice.label)
-
-
-def problems() -> list[ConvProblem]:
-    """The seed's 3x3 layer, ResNet-50's 1x1 / 3x3 stride 2 / 7x7 stride 2 (C = 3) layers, a depthwise 3x3,
-    and for float64 the seed's layer and an odd unaligned one."""
-    f32 = [ConvProblem("float32", 32, 64, 224, 224, 128, 3, 3, ph=1, pw=1),
-           ConvProblem("float32", 32, 256, 56, 56, 64, 1, 1),
-           ConvProblem("float32", 32, 128, 56, 56, 128, 3, 3, 2, 2, 1, 1),
-           ConvProblem("float32", 32, 3, 224, 224, 64, 7, 7, 2, 2, 3, 3, bias=True, relu=True),
-           ConvProblem("float32", 32, 256, 56, 56, 256, 3, 3, ph=1, pw=1, groups=256)]
-    f64 = [ConvProblem("float64", 32, 64, 224, 224, 128, 3, 3, ph=1, pw=1),
-           ConvProblem("float64", 3, 65, 33, 33, 66, 3, 3, 2, 2, 2, 2, 2, 2, groups=1, bias=True, aligned=False)]
-    return f32 + f64
 
 
 FAMILY = Family("conv2d", choices, plan, problems)

@@ -12,6 +12,12 @@ are Tensors. Inputs broadcast NumPy-style to the outputs, which all have one sha
 broadcast to, or larger: NumPy's rule for `out=`). An output may be a full-size input (in place); any
 other overlap between an output and an operand is undefined. Programs that differ in spelling only
 ('out=relu(x)', 'out = relu( x )') share their kernels.
+
+Layouts (cuopjit/layout.py): the outputs and every full-size input share one memory layout (contiguous,
+channels_last or transposed; a mismatch raises naming both), and the kernel walks them in memory order, so
+each layout runs at the same speed. Smaller inputs broadcast by their logical shape, whatever their layout:
+a per-channel scale over a channels_last [N, C, H, W] output is [C, 1, 1] or [1, C, 1, 1] (as in NumPy and
+torch; a [C] operand lines up with W), read as one vector per 16-byte access.
 """
 from __future__ import annotations
 
@@ -24,8 +30,10 @@ import numpy as np
 
 from ...expr import Program
 from ...expr.tree import BinOp, Call, Neg, walk
+from ...layout import LAYOUTS
 from ...tensor import Tensor
 from ..base import Operator
+from ..layouts import same_layout
 from . import broadcast, expression
 
 _NUMBER = 0   # a memo key's entry for a Python number (a live tensor's plan_key is a positive int)
@@ -107,13 +115,14 @@ class Elementwise(Operator):
             if name not in operands:
                 role = "output" if name in self.outputs else "input"
                 raise TypeError(f"{op}: {role} {name!r} is missing; call forward({example})")
-        shapes, aligned = [], []
+        shapes, aligned, strides = [], [], []
         for name in self.inputs:
             v = operands[name]
             if isinstance(v, Tensor):
-                self.check_operand(name, v)
+                v = self.check_operand(name, v, layouts=LAYOUTS)
                 shapes.append(tuple(v.shape))
                 aligned.append(v.ptr % 16 == 0)
+                strides.append(v.strides)
                 continue
             try:
                 number_word(v, self._double)
@@ -122,14 +131,19 @@ class Elementwise(Operator):
                                 f"{type(v).__name__} ({exc}); wrap arrays with cuopjit.tensor(...)") from None
             shapes.append(None)
             aligned.append(True)
+            strides.append(None)
         for name in self.outputs:
-            self.check_operand(name, operands[name])
+            self.check_operand(name, operands[name], layouts=LAYOUTS)
         outs = [(name, tuple(operands[name].shape)) for name in self.outputs]
         out_shape = broadcast.output_shape(op, [(n, s) for n, s in zip(self.inputs, shapes) if s is not None], outs)
         if math.prod(out_shape) == 0:
             return None
+        full = [(name, operands[name]) for name, s in zip(self.inputs, shapes)
+                if s is not None and math.prod(s) == math.prod(out_shape)]
+        layout = same_layout(op, full + [(name, operands[name]) for name in self.outputs])
         return expression.make_problem(self.program, self.dtype.name, shapes, out_shape, len(self.outputs),
-                                       aligned, all(operands[n].ptr % 16 == 0 for n in self.outputs))
+                                       aligned, all(operands[n].ptr % 16 == 0 for n in self.outputs), strides,
+                                       layout)
 
     def work(self, *args: Any, **operands: Any) -> tuple[float, float]:
         """(flops: the program's operations per output element, bytes: each tensor operand once)."""

@@ -31,7 +31,9 @@ import numpy as np
 
 from ...build import pipeline
 from ...config import ConfigSnapshot
+from ... import layout as layouts
 from ...expr import Program, generate_program, parse_program
+from ...layout import CONTIGUOUS
 from ...run.plan import Family, KernelLaunch, Plan, blob, i32, i64, ptr
 from ...target import Target
 from ..base import cdiv, dtype_tag, scalar_t
@@ -52,7 +54,8 @@ _CODES = {"full": "f", "uniform": "u", "scalar": "s", "bcast": "c", "vec": "v", 
 @dataclass(frozen=True)
 class ExprProblem:
     """One forward of a program: `inputs` in program order, `outputs` how many, `dims` the collapsed output
-    axes (strided inputs only), `aligned` every full-size input and every output 16-byte aligned."""
+    axes (strided inputs only), `aligned` every full-size input and every output 16-byte aligned, `layout` the
+    outputs' memory layout (cuopjit/layout.py; the inputs' Layouts are read in its order)."""
     program: str
     dtype: str
     n: int
@@ -60,6 +63,7 @@ class ExprProblem:
     outputs: int
     dims: tuple[int, ...] = ()
     aligned: bool = True
+    layout: str = CONTIGUOUS
 
 
 def as_program(program: Union[str, Program]) -> Program:
@@ -74,13 +78,18 @@ def as_program(program: Union[str, Program]) -> Program:
 
 def make_problem(program: Union[str, Program], dtype: str, inputs: Sequence[Optional[tuple[int, ...]]],
                  out_shape: tuple[int, ...], outputs: int, aligned: Sequence[bool] = (),
-                 outputs_aligned: bool = True) -> ExprProblem:
-    """The problem of inputs of these shapes (None: a Python number) and outputs of `out_shape`, already
-    checked by broadcast.output_shape; `aligned[k]`: input k is 16-byte aligned (default: all)."""
+                 outputs_aligned: bool = True, strides: Sequence[Optional[tuple[int, ...]]] = (),
+                 layout: str = CONTIGUOUS) -> ExprProblem:
+    """The problem of inputs of these shapes (None: a Python number) and outputs of `out_shape` in memory layout
+    `layout`, already checked by broadcast.output_shape; `aligned[k]`: input k is 16-byte aligned (default: all);
+    `strides[k]`: input k's element strides (default: row-major)."""
     prog = as_program(program)
-    layouts, dims = broadcast.layouts(inputs, out_shape, aligned)
-    ok = outputs_aligned and all(lay.aligned for lay in layouts if lay.kind == FULL)
-    return ExprProblem(prog.canonical, np.dtype(dtype).name, math.prod(out_shape), layouts, outputs, dims, ok)
+    steps = layouts.strides(out_shape, layout)
+    order = sorted(range(len(out_shape)), key=lambda d: -steps[d])   # stable: size-1 axes keep their place
+    found, dims = broadcast.layouts(inputs, out_shape, aligned, strides, order)
+    ok = outputs_aligned and all(lay.aligned for lay in found if lay.kind == FULL)
+    return ExprProblem(prog.canonical, np.dtype(dtype).name, math.prod(out_shape), found, outputs, dims, ok,
+                       layout)
 
 
 def choices(problem: ExprProblem, cfg: ConfigSnapshot, target: Target) -> list[MapChoice]:

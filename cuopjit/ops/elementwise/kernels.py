@@ -28,6 +28,7 @@ from ...run.plan import Family, KernelLaunch, Plan, i64, ptr, scalar
 from ...target import Target
 from ..base import cdiv, dtype_tag, scalar_t, vector_width
 from .. import knobs
+from ..choice import kernel_choice
 
 TEMPLATE = "elementwise/elementwise.cu.jinja"
 DEFAULT_THREADS = 256
@@ -45,19 +46,10 @@ class MapProblem:
     alpha: float = 0.0
 
 
-@dataclass(frozen=True)
-class MapChoice:
-    """Threads per block, scalars per access, accesses per thread per step, scalar ('simple') or vector kernel."""
-    threads: int
-    vec: int
-    items: int
-    simple: bool
-    unroll: bool
-    opts: pipeline.CompileOpts = pipeline.DEFAULT_OPTS
-
-    @property
-    def label(self) -> str:
-        return f"b{self.threads}" + ("_simple" if self.simple else f"_v{self.vec}x{self.items}")
+MapChoice = kernel_choice(
+    "MapChoice", "threads vec items simple unroll",
+    lambda c: f"b{c.threads}" + ("_simple" if c.simple else f"_v{c.vec}x{c.items}"),
+    "Threads per block, scalars per access, accesses per thread per step, scalar ('simple') or vector kernel.")
 
 
 def stream_geometry(dtype: np.dtype, cfg: ConfigSnapshot, aligned: bool, vectors: int = 2) -> tuple[int, int, int]:
@@ -80,8 +72,8 @@ def map_choice(dtype: str, cfg: ConfigSnapshot, aligned: bool) -> MapChoice:
     threads, vec, items = stream_geometry(np.dtype(dtype), cfg, aligned)
     opts = pipeline.compile_opts(cfg)
     if cfg.kernel_type == "simple":
-        return MapChoice(threads, 1, 1, True, cfg.enable_loop_unroll, opts)
-    return MapChoice(threads, vec, items, False, cfg.enable_loop_unroll, opts)
+        return MapChoice(threads, 1, 1, True, cfg.enable_loop_unroll, opts=opts)
+    return MapChoice(threads, vec, items, False, cfg.enable_loop_unroll, opts=opts)
 
 
 def choices(problem: MapProblem, cfg: ConfigSnapshot, target: Target) -> list[MapChoice]:

@@ -1,13 +1,18 @@
-"""ReluFloat / ReluDouble: y = max(x, 0) elementwise (NaN stays NaN), in place when y is x."""
+"""ReluFloat / ReluDouble: y = max(x, 0) elementwise (NaN stays NaN), in place when y is x.
+
+A map reads x's buffer in memory order, so any layout works (contiguous, channels_last, transposed) when x and y
+share it (memory order: a channels_last y of C == 1 is contiguous); the kernel is the same for all of them."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
+from ...layout import LAYOUTS
 from ...tensor import Tensor
 from . import kernels as elementwise
 from ..base import Operator
+from ..layouts import same_layout
 
 
 class Relu(Operator):
@@ -21,11 +26,12 @@ class Relu(Operator):
 
     def problem(self, x: Tensor, y: Tensor | None = None) -> elementwise.MapProblem | None:
         y = x if y is None else y
-        self.check_operand("x", x)
-        self.check_operand("y", y)
+        x = self.check_operand("x", x, layouts=LAYOUTS)
+        y = self.check_operand("y", y, layouts=LAYOUTS)
         if tuple(x.shape) != tuple(y.shape):
             raise ValueError(f"{type(self).__name__}: y has shape {list(y.shape)} but x has shape "
                              f"{list(x.shape)}: they must be equal")
+        same_layout(type(self).__name__, [("x", x), ("y", y)])
         if x.size == 0:
             return None
         return elementwise.MapProblem("relu", self.dtype.name, x.size, ((x.ptr | y.ptr) & 15) == 0)

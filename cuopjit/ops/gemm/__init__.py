@@ -1,7 +1,10 @@
 """GEMM-shaped families: GEMM, GEMV, MatMul/BatchMatMul, SYMM, TRSM, split-K and the 3xTF32 split.
 
 `plans` is the GEMM family (choices and plans); `problem` its problem and choice types, `heuristics`
-the automatic choices, `shapes` the kernel shapes, `wgmma` the Hopper kernel. How each JITConfig field changes the code:
+the automatic choices, `shapes` the kernel shapes, `wgmma` the Hopper kernel and `wgmma_tiles` its tile pick (a
+cost model of rounds, k-loop rates and epilogues, measured on the H100), `vector` the one-row / one-column
+product run as GEMV. Transposed operands (trans flags, or layout "transposed" views) are the problem's
+trans_a / trans_b. How each JITConfig field changes the code:
 
     kernel_type     "auto": float64 -> DMMA mma.sync; float32 -> SIMT, or TF32 mma.sync with
                     enable_tensor_core=True. "tiled": SIMT, or mma.sync (TF32 / DMMA) with

@@ -34,6 +34,7 @@ from ..elementwise import kernels as elementwise
 from . import splitk
 from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width
 from ..params import ScaledProduct
+from ..choice import kernel_choice
 
 TEMPLATE = "gemm/gemv.cu.jinja"
 VECTORS = 4              # 16-byte vectors per thread per row per step when tile_size is 0
@@ -56,20 +57,9 @@ class GemvProblem:
     lda: int
 
 
-@dataclass(frozen=True)
-class GemvChoice:
-    """Threads, scalars per load, loads per row in flight, rows per warp (n) or row groups per block (t)."""
-    threads: int
-    vec: int
-    items: int
-    rows: int
-    groups: int
-    unroll: bool
-    opts: pipeline.CompileOpts = pipeline.DEFAULT_OPTS
-
-    @property
-    def label(self) -> str:
-        return f"b{self.threads}_v{self.vec}x{self.items}_r{self.rows}_g{self.groups}"
+GemvChoice = kernel_choice(
+    "GemvChoice", "threads vec items rows groups unroll", "b{threads}_v{vec}x{items}_r{rows}_g{groups}",
+    "Threads, scalars per load, loads per row in flight, rows per warp (n) or row groups per block (t).")
 
 
 def _small(problem: GemvProblem) -> bool:
@@ -96,7 +86,7 @@ def choices(problem: GemvProblem, cfg: ConfigSnapshot, target: Target) -> list[G
             threads = 1024
         groups = min(threads // 32, _pow2(cdiv(target.sm_count * WARPS_PER_SM, cdiv(problem.m, rows)))) \
             if smem and few else 1
-    return [GemvChoice(threads, vec, items, rows, groups, cfg.enable_loop_unroll, pipeline.compile_opts(cfg))]
+    return [GemvChoice(threads, vec, items, rows, groups, cfg.enable_loop_unroll, opts=pipeline.compile_opts(cfg))]
 
 
 def _pow2(n: int) -> int:

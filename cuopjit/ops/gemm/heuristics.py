@@ -12,19 +12,23 @@ from .problem import GemmChoice, GemmProblem
 SPLIT_BELOW, SPLIT_WARPS, SPLIT_MIN_K, SPLIT_FROM_K = 5, 12, 128, 512
 # auto_simt: the fewest warps on the busiest SM, and the least share of its block slots the other SMs keep busy
 AUTO_WARPS, BALANCE = 4, 0.8
+# float32 SIMT throughput of each (BM, BN) tile at 4096³ relative to 128 x 128 (H100: 46.8, 40.1, 40.1, 37.1, 26.3
+# TFLOP/s), where none of them balances the SMs
+SIMT_RATE = {(128, 128): 1.0, (128, 64): 0.86, (64, 128): 0.86, (64, 64): 0.79, (32, 32): 0.56}
 
 
 def auto_simt(problem: GemmProblem, target: Target) -> shapes.Shape:
     """float32 SIMT with tile and block left to us: few rows (M < 64) take 16 x 128 tiles where they pad the
     product less than 32 x 32 ones; otherwise the largest of shapes.AUTO_SIMT (of the 128 x 64 / 64 x 128 halves,
     the one along the longer side) whose blocks, split as split_for splits them, keep AUTO_WARPS warps on the
-    busiest SM and at least BALANCE of its block slots busy on the others. H100, ratio to torch: 8192 x 256 x 8192
-    128 x 128 0.88 (64 x 64: 0.77); 1000^3 128 x 64 in 3 slices 0.79 (64 x 64 in 3: 0.74; 128 x 128 in 3 leaves
+    busiest SM and at least BALANCE of its block slots busy on the others (where none does: a batch takes the best
+    balance times SIMT_RATE times useful outputs, the smallest tile included, a single problem the smallest). H100, ratio to torch: 8192 x 256 x 8192 128 x 128 0.88 (64 x 64: 0.77); 1000^3 128 x 64 in 3 slices 0.79 (64 x 64 in 3: 0.74; 128 x 128 in 3 leaves
     72 of 132 SMs one block of two: 0.60); 2048^3 128 x 64 0.57 (512 blocks, 3 per SM: two rounds) vs 128 x 128 0.91;
     3000^3 128 x 64 0.95 (1128 blocks in 3 rounds of 3 per SM) vs 128 x 128 0.88 (576 in 3 rounds of 2, the last
     a third full); TRSM's 256 x 4096 x 256 updates 64 x 128 (one block of 4 warps per SM) 30.4 TFLOP/s, 64 x 64
     25.9, 32 x 32 (16 warps per SM) 21.8."""
     m, n, small = problem.m, problem.n, shapes.AUTO_SIMT[-1]
+    scored = []
     if m < 64 and (cdiv(m, 16) * 16 * cdiv(n, 128) * 128
                    < cdiv(m, small.bm) * small.bm * cdiv(n, small.bn) * small.bn):
         return shapes.SKINNY_SIMT
@@ -35,9 +39,18 @@ def auto_simt(problem: GemmProblem, target: Target) -> shapes.Shape:
         busiest = cdiv(blocks, target.sm_count)
         resident = min(busiest, resident_blocks(s, problem.dtype, target))
         slots = target.sm_count * resident * cdiv(busiest, resident)
-        if resident * s.threads // 32 >= AUTO_WARPS and blocks >= BALANCE * slots:
+        warps = resident * s.threads // 32 >= AUTO_WARPS
+        if warps and blocks >= BALANCE * slots and (s is not small or problem.batch == 1):
             return s
-    return small
+        if warps or s is small:
+            padded = cdiv(m, s.bm) * s.bm * cdiv(n, s.bn) * s.bn
+            scored.append((blocks / slots * SIMT_RATE.get((s.bm, s.bn), 0.5) * m * n / padded, s))
+    # a batch that no larger tile balances: the best balance times the tile's rate and its share of useful
+    # outputs (100 x 256³: 128 x 128, 400 blocks in 1.5 rounds of two per SM, 97.8 us, against 32 x 32 136 us,
+    # 128 x 64 102, 64 x 64 110); a single problem: the smallest tile
+    if problem.batch == 1 or not scored:
+        return small
+    return max(scored, key=lambda p: p[0])[1]
 
 
 def resident_blocks(s: shapes.Shape, dtype: str, target: Target) -> int:

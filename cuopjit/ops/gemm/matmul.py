@@ -7,6 +7,11 @@ batch or is broadcast over it (a batch of 1) become ONE batched GEMM launch (gem
 mixed ways (A [3, 1, m, k] @ B [1, 4, k, n]) add a launch per outer index, planned once. The JITConfig
 fields act as in the GEMM family (cuopjit/ops/gemm_plans.py). `set_epilogue` (cuopjit/ops/epilogue_operator.py)
 applies a user epilogue where C is stored (acc = A @ B; operands' kinds against C's shape).
+
+Transposed operands: `trans_a` / `trans_b` (settings, as cuOP's) multiply op(A) = A.mT, and an operand whose
+layout is "transposed" (torch's `x.mT` / `K.transpose(-1, -2)` of a contiguous x, cuopjit/layout.py) is read
+where it lies: either becomes the GEMM problem's trans_a / trans_b (the stored matrix read K-major or
+MN-major), never a copy. C is contiguous.
 """
 from __future__ import annotations
 
@@ -18,13 +23,16 @@ import numpy as np
 
 from ...config import ConfigSnapshot
 from ...expr import FULL, PER_ROW
-from ...run.plan import Arg, Family, KernelLaunch, Plan, ptr
+from ...layout import CONTIGUOUS, TRANSPOSED
+from ...run.plan import Family, Plan, ptr
 from ...target import Target
 from ...tensor import Tensor
 from . import plans as gemm_plans
+from .problem import retarget
 from .. import epilogue
 from ..base import Operator, vector_width
 from ..epilogue_operator import Fusable
+from ..params import plan_setting
 
 
 
@@ -37,22 +45,6 @@ class MatMulProblem:
     @property
     def dtype(self) -> str:
         return self.gemm.dtype
-
-
-def retarget(launch: KernelLaunch, pointers: tuple, workspace: Arg | None = None) -> KernelLaunch:
-    """A GEMM plan's launch run on other pointers: each `ptr` argument naming one of the plan's operands (a, b, c
-    and an epilogue's, one `ptr` each in `pointers`) moves to pointers[i] (offsets add up); `workspace` (a `ptr`)
-    moves the GEMM plan's own workspace (the pointer after its operands) into the caller's plan. Other
-    arguments are kept."""
-    def move(a: Arg) -> Arg:
-        if a.kind != "ptr":
-            return a
-        if a.value < len(pointers):
-            return ptr(pointers[a.value].value, pointers[a.value].offset + a.offset)
-        if workspace is not None and a.value == len(pointers):
-            return ptr(workspace.value, workspace.offset + a.offset)
-        return a
-    return dataclasses.replace(launch, args=tuple(move(a) for a in launch.args))
 
 
 def choices(problem: MatMulProblem, cfg: ConfigSnapshot, target: Target) -> list:
@@ -102,18 +94,30 @@ BATCH_FAMILY = Family("batchmatmul", choices, plan, batch_problems)
 
 
 class MatMul(Fusable, Operator):
-    """C = A @ B (NumPy `matmul`): `forward(A, B, C, **operands)` writes C and returns it.
+    """C = op(A) @ op(B) (NumPy `matmul`): `forward(A, B, C, **operands)` writes C and returns it.
 
     2-D operands are a GEMM; more dimensions batch and broadcast; a 1-D A (B) is a row (column) whose
-    dimension C drops, as in NumPy. C must have the broadcast shape exactly. `set_epilogue(expr, **bound)`:
-    C = expr over acc, c and operands.
+    dimension C drops, as in NumPy. C must have the broadcast shape exactly. op(X) is X.mT where `trans_a`
+    (`trans_b`) is set, else X; A and B may be contiguous or transposed views (layout "transposed").
+    `set_epilogue(expr, **bound)`: C = expr over acc, c and operands.
     """
 
     family = FAMILY
     forward_names = ("a", "b", "c")
+    trans_a = plan_setting("trans_a", bool)
+    trans_b = plan_setting("trans_b", bool)
+
+    def __init__(self, trans_a: bool = False, trans_b: bool = False):
+        super().__init__()
+        self._trans_a, self._trans_b = bool(trans_a), bool(trans_b)
+        self._settings_changed()
+
+    def _plan_settings(self) -> tuple:
+        """The two transposes decide the plan (with the operands' layouts, in their plan keys)."""
+        return self._trans_a, self._trans_b
 
     def bind(self, a: Tensor, b: Tensor, c: Tensor) -> tuple:
-        return (a.plan_key, b.plan_key, c.plan_key), (a.ptr, b.ptr, c.ptr), c
+        return (a.plan_key, b.plan_key, c.plan_key, self._state), (a.ptr, b.ptr, c.ptr), c
 
     def _check_ndim(self, a: Tensor, b: Tensor) -> None:
         name = type(self).__name__
@@ -123,15 +127,21 @@ class MatMul(Fusable, Operator):
 
     def problem(self, a: Tensor, b: Tensor, c: Tensor, **operands) -> MatMulProblem | None:
         name = type(self).__name__
-        for label, t in (("a", a), ("b", b), ("c", c)):
-            self.check_operand(label, t)
+        a = self.check_operand("a", a, layouts=(CONTIGUOUS, TRANSPOSED))
+        b = self.check_operand("b", b, layouts=(CONTIGUOUS, TRANSPOSED))
+        self.check_operand("c", c)
         self._check_ndim(a, b)
-        sa = (1, *a.shape) if a.ndim == 1 else tuple(a.shape)
-        sb = (*b.shape, 1) if b.ndim == 1 else tuple(b.shape)
+        for label, t, flag in (("a", a, self._trans_a), ("b", b, self._trans_b)):
+            if flag and t.ndim < 2:
+                raise ValueError(f"{name}: trans_{label}=True needs a matrix (2 or more dimensions), {label} has "
+                                 f"shape {list(t.shape)}: set trans_{label}=False")
+        sa = (1, *a.shape) if a.ndim == 1 else _op_shape(a.shape, self._trans_a)
+        sb = (*b.shape, 1) if b.ndim == 1 else _op_shape(b.shape, self._trans_b)
         (m, k), (kb, n) = sa[-2:], sb[-2:]
         if k != kb:
-            raise ValueError(f"{name}: a has shape {list(a.shape)} and b has shape {list(b.shape)}: a has {k} "
-                             f"columns but b has {kb} rows")
+            ops = "".join(f" (trans_{x})" for x, f in (("a", self._trans_a), ("b", self._trans_b)) if f)
+            raise ValueError(f"{name}: a has shape {list(a.shape)} and b has shape {list(b.shape)}{ops}: op(a) has "
+                             f"{k} columns but op(b) has {kb} rows")
         try:
             batch = tuple(np.broadcast_shapes(sa[:-2], sb[:-2]))
         except ValueError:
@@ -144,21 +154,32 @@ class MatMul(Fusable, Operator):
         fused = self.epilogue_key(c.shape, operands, vectors=a.ndim > 1 and b.ndim > 1)
         if c.size == 0:
             return None
+        # stored transposed: a trans flag on a contiguous operand, or no flag on a transposed view
+        ta = self._trans_a != (a.layout == TRANSPOSED)
+        tb = self._trans_b != (b.layout == TRANSPOSED)
         vec = vector_width(self.dtype)
-        aligned = ((a.ptr | b.ptr | c.ptr) & 15) == 0 and k % vec == 0 and n % vec == 0
-        found = _plan_batch(self.dtype.name, batch, sa, sb, m, n, k, aligned)
+        lda, ldb = (m if ta else k), (k if tb else n)
+        aligned = ((a.ptr | b.ptr | c.ptr) & 15) == 0 and lda % vec == 0 and ldb % vec == 0 and n % vec == 0
+        found = _plan_batch(self.dtype.name, batch, sa, sb, m, n, k, aligned, ta, tb)
         return dataclasses.replace(found, gemm=dataclasses.replace(found.gemm, epilogue=fused)) if fused else found
 
     def work(self, a: Tensor, b: Tensor, c: Tensor, **operands) -> tuple[float, float]:
-        k = a.shape[-1]
+        k = a.shape[-2] if self._trans_a and a.ndim > 1 else a.shape[-1]
         reads_c = self._fused is not None and "c" in self._fused.names
         return 2.0 * c.size * k, float((a.size + b.size + c.size * (2 if reads_c else 1)) * self.dtype.itemsize
                                        + self.epilogue_bytes(operands))
 
 
-def _plan_batch(dt: str, batch: tuple, sa: tuple, sb: tuple, m: int, n: int, k: int, aligned: bool) -> MatMulProblem:
+def _op_shape(shape: tuple, trans: bool) -> tuple:
+    """The shape of op(X): X's last two dimensions swapped where `trans`."""
+    return (*shape[:-2], shape[-1], shape[-2]) if trans else tuple(shape)
+
+
+def _plan_batch(dt: str, batch: tuple, sa: tuple, sb: tuple, m: int, n: int, k: int, aligned: bool,
+                trans_a: bool = False, trans_b: bool = False) -> MatMulProblem:
     """Split C's batch dims into outer (a launch each) and inner (one batched launch): inner is the longest
-    suffix where each operand runs along C's batch or is broadcast over all of it."""
+    suffix where each operand runs along C's batch or is broadcast over all of it. `sa`, `sb`: the shapes of
+    op(A), op(B); `trans_a` / `trans_b`: the stored matrices are op(A)^T / op(B)^T (k x m / n x k), packed."""
     da = (1,) * (len(batch) - len(sa[:-2])) + tuple(sa[:-2])
     db = (1,) * (len(batch) - len(sb[:-2])) + tuple(sb[:-2])
     split = len(batch)
@@ -171,7 +192,8 @@ def _plan_batch(dt: str, batch: tuple, sa: tuple, sb: tuple, m: int, n: int, k: 
     inner = batch[split:]
     count = math.prod(inner)
     full_a, full_b = da[split:] == inner and count > 1, db[split:] == inner and count > 1
-    g = gemm_plans.GemmProblem(dt, m, n, k, False, False, aligned, 1.0, 0.0, k, n, n, batch=count,
+    g = gemm_plans.GemmProblem(dt, m, n, k, trans_a, trans_b, aligned, 1.0, 0.0, m if trans_a else k,
+                               k if trans_b else n, n, batch=count,
                                  stride_a=m * k if full_a else 0, stride_b=k * n if full_b else 0,
                                  stride_c=m * n if count > 1 else 0)
     if split == 0:
@@ -192,7 +214,10 @@ def _strides(dims: tuple, inner_size: int) -> list[int]:
 
 
 class BatchMatMul(MatMul):
-    """[b, m, k] @ [b, k, n] -> [b, m, n] in one launch; a batch of 1 on either side is broadcast."""
+    """[b, m, k] @ [b, k, n] -> [b, m, n] in one launch; a batch of 1 on either side is broadcast.
+
+    `BatchMatMul(trans_a=False, trans_b=False)`: with trans_b, B is [b, n, k] and C = A @ B.mT (attention's
+    Q @ K^T with K as stored); a transposed view (torch `K.transpose(-1, -2)`) is read as it lies too."""
 
     family = BATCH_FAMILY
 

@@ -1,14 +1,22 @@
 """GemmFloat / GemmDouble: C = alpha * op(A) @ op(B) + beta * C, row-major, any M, N, K >= 0; or a user epilogue
-(`set_epilogue`, cuopjit/ops/epilogue_operator.py) over acc = alpha * op(A) @ op(B), the old C and operands."""
+(`set_epilogue`, cuopjit/ops/epilogue_operator.py) over acc = alpha * op(A) @ op(B), the old C and operands.
+
+A and the weight B may be transposed views (layout "transposed": torch's `W.T` of a contiguous W): such an
+operand is read where it lies, as the GEMM problem's trans_a / trans_b flipped (`Linear`'s `x @ W.T` is the
+trans_b GEMM on W as stored), never copied."""
 from __future__ import annotations
 
 import numpy as np
 
+from ...layout import CONTIGUOUS, TRANSPOSED
 from ...tensor import Tensor
 from . import plans as gemm_plans
 from ..base import Operator, vector_width
 from ..epilogue_operator import Fusable
 from ..params import ScaledProduct
+
+
+_LAYOUTS = (CONTIGUOUS, TRANSPOSED)
 
 
 class Gemm(Fusable, ScaledProduct, Operator):
@@ -37,12 +45,13 @@ class Gemm(Fusable, ScaledProduct, Operator):
 
     def set_weight(self, weight: Tensor) -> None:
         """B, the right-hand matrix (N×K when trans_b, else K×N)."""
-        self._weight = self.check_operand("weight", weight, ndim=2)
+        self._weight = self.check_operand("weight", weight, ndim=2, layouts=_LAYOUTS)
         self._settings_changed()
 
     def _plan_settings(self) -> tuple:
-        """The transposes, alpha, beta and the weight's shape, device and alignment decide the plan."""
-        return self._trans_a, self._trans_b, self._alpha, self._beta, self._weight_key()
+        """The transposes, alpha, beta and the weight's shape, device, alignment and layout decide the plan."""
+        layout = None if self._weight is None else self._weight.layout
+        return self._trans_a, self._trans_b, self._alpha, self._beta, self._weight_key(), layout
 
     def bind(self, a: Tensor, c: Tensor) -> tuple:
         return (a.plan_key, c.plan_key, self._state), (a.ptr, self._weight.ptr, c.ptr), c
@@ -52,9 +61,9 @@ class Gemm(Fusable, ScaledProduct, Operator):
         b = self._weight
         if b is None:
             raise ValueError(f"{name}: no weight: call set_weight(B) before forward")
-        self.check_operand("a", a, ndim=2)
+        a = self.check_operand("a", a, ndim=2, layouts=_LAYOUTS)
         self.check_operand("c", c, ndim=2)
-        self.check_operand("weight", b, ndim=2)
+        self.check_operand("weight", b, ndim=2, layouts=_LAYOUTS)
         m, k = a.shape[::-1] if self._trans_a else a.shape
         kb, n = b.shape[::-1] if self._trans_b else b.shape
         if k != kb:
@@ -67,10 +76,12 @@ class Gemm(Fusable, ScaledProduct, Operator):
         if m == 0 or n == 0:
             return None
         vec = vector_width(self.dtype)
-        lda, ldb, ldc = a.shape[1], b.shape[1], n
+        # a transposed view lies as the other flag would: the stored matrix's rows are its logical columns
+        ta, tb = self._trans_a != (a.layout == TRANSPOSED), self._trans_b != (b.layout == TRANSPOSED)
+        lda, ldb, ldc = (m if ta else k), (k if tb else n), n
         aligned = ((a.ptr | b.ptr | c.ptr) & 15) == 0 and lda % vec == 0 and ldb % vec == 0 and ldc % vec == 0
-        return gemm_plans.GemmProblem(self.dtype.name, m, n, k, self._trans_a, self._trans_b, aligned,
-                                        self._alpha, self._beta, lda, ldb, ldc, epilogue=fused)
+        return gemm_plans.GemmProblem(self.dtype.name, m, n, k, ta, tb, aligned, self._alpha, self._beta, lda, ldb,
+                                        ldc, epilogue=fused)
 
     def work(self, a: Tensor, c: Tensor, **operands) -> tuple[float, float]:
         m, n = c.shape

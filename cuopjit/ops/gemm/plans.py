@@ -29,7 +29,7 @@ from ...build import pipeline
 from ...config import ConfigSnapshot
 from ...run.plan import Family, KernelLaunch, Plan, i32, i64, ptr, scalar
 from ...target import Target
-from . import shapes, splitk, wgmma as gemm_wgmma
+from . import shapes, splitk, vector, wgmma as gemm_wgmma, wgmma_splitk
 from .. import epilogue
 from ..base import cdiv, dtype_tag, scalar_t, vector_width
 from .heuristics import auto_simt, pipeline_fields, split_for
@@ -107,11 +107,20 @@ def uses_wgmma(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> boo
 
 
 def choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list:
-    """The shape `cfg` names (heuristic where it leaves tile and block to us), then the tuning candidates."""
+    """The shape `cfg` names (heuristic where it leaves tile and block to us), then the tuning candidates; a
+    one-row or one-column product first runs as GEMV (vector.py)."""
     if problem.dtype not in ("float32", "float64"):
         raise TypeError(f"GEMM supports float32 and float64, not {problem.dtype}")
+    found = _kernel_choices(problem, cfg, target)
+    row = vector.choice(problem, cfg, target)
+    return found if row is None else [row, *found]
+
+
+def _kernel_choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list:
+    """The GEMM kernels' choices (choices() without the GEMV route)."""
     if uses_wgmma(problem, cfg, target):
-        return gemm_wgmma.choices(problem, cfg, target, split=cfg.precision == "3xtf32")
+        found = gemm_wgmma.choices(problem, cfg, target, split=cfg.precision == "3xtf32")
+        return found if cfg.tile_size or cfg.block_size else wgmma_splitk.lead(problem, found, target)
     # precision="3xtf32" where wgmma cannot run: the exact float32 SIMT kernel (at least as accurate).
     mma = uses_tensor_cores(cfg.kernel_type, cfg.enable_tensor_core, problem.dtype) and cfg.precision == "tf32"
     tile = _tile(problem, cfg, mma, target)
@@ -148,9 +157,13 @@ def choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list:
 
 
 def plan(problem: GemmProblem, choice, target: Target) -> Plan:
-    """One launch; operands a, b (the weight), c."""
+    """One launch (split-K, GEMV, wgmma split-K: two); operands a, b (the weight), c."""
     if isinstance(choice, gemm_wgmma.WgmmaChoice):
         return gemm_wgmma.plan(problem, choice, target)
+    if isinstance(choice, vector.VectorChoice):
+        return vector.plan(problem, choice, target)
+    if isinstance(choice, wgmma_splitk.SplitKChoice):
+        return wgmma_splitk.plan(problem, choice, target)
     for field, built, what in _BUILT:
         if getattr(choice, field) != built:
             raise ValueError(f"GEMM {field}={getattr(choice, field)!r} cannot be built yet (templates/gemm/gemm.cu.jinja "

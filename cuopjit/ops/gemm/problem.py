@@ -1,9 +1,12 @@
-"""The GEMM family's problem (shapes, layouts, alignment, alpha/beta) and choice (a kernel shape and its pipeline)."""
+"""The GEMM family's problem (shapes, layouts, alignment, alpha/beta), choice (a kernel shape and its pipeline), and
+how a plan's launches move onto other operands (MatMul's outer indices, SYMM, TRSM, the GEMV route)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ...build import pipeline
+from ...run.plan import Arg, KernelLaunch, ptr
 from . import shapes
 
 # Label spellings of the pipeline fields away from their defaults.
@@ -64,3 +67,19 @@ class GemmChoice:
 
 def _spell(value: object) -> str:
     return "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def retarget(launch: KernelLaunch, pointers: tuple, workspace: Arg | None = None) -> KernelLaunch:
+    """A GEMM plan's launch run on other pointers: each `ptr` argument naming one of the plan's operands (a, b, c
+    and an epilogue's, one `ptr` each in `pointers`) moves to pointers[i] (offsets add up); `workspace` (a `ptr`)
+    moves the GEMM plan's own workspace (the pointer after its operands) into the caller's plan. Other
+    arguments are kept."""
+    def move(a: Arg) -> Arg:
+        if a.kind != "ptr":
+            return a
+        if a.value < len(pointers):
+            return ptr(pointers[a.value].value, pointers[a.value].offset + a.offset)
+        if workspace is not None and a.value == len(pointers):
+            return ptr(workspace.value, workspace.offset + a.offset)
+        return a
+    return dataclasses.replace(launch, args=tuple(move(a) for a in launch.args))

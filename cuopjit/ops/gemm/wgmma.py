@@ -35,16 +35,14 @@ from dataclasses import dataclass
 from ...build import pipeline
 from ...run.plan import KernelLaunch, Plan, i32, i64, ptr, scalar
 from ...target import Target
-from . import tf32x3 as gemm_split
+from . import tf32x3 as gemm_split, wgmma_tiles
 from .. import epilogue
 from ..base import cdiv
 
 TEMPLATE = "gemm/gemm_wgmma.cu.jinja"
 BK = 32
-WIDTHS = (256, 128, 64, 32, 16)      # tile widths (QN) and instruction N the kernel is built with
-AUTO = ((2, 256), (2, 128), (2, 64), (1, 128), (1, 64))   # (consumers, QN) the heuristic tries, largest tile first
-FILL = 0.9                           # a tile count "fills" the GPU from 90% of its SMs (1000³: 128 tiles of 128 x 64)
-SHORT_K = 256                        # K this short: one consumer, two blocks per SM (each hides the other's epilogue)
+WIDTHS = (256, 128, 64, 32, 16)      # the instruction N a config's tile_size names
+MAX_WIDTH = 256                      # tile widths QN and instruction N: multiples of 8 up to this (m64nNk8)
 MAX_STAGES = 6
 SPLIT_MAX = 128                      # widest 3xTF32 tile: a k-tile's sum and the running total in 128 registers
 SPLIT_SIDE = 200                     # 3xTF32 is routed here from M N >= SPLIT_SIDE (M + N): the split moves
@@ -136,10 +134,18 @@ def narrow(problem) -> bool:
     return problem.m * problem.n < SPLIT_SIDE * (problem.m + problem.n)
 
 
-def smem_bytes(consumers: int, qn: int, stages: int, split: bool) -> int:
-    """Dynamic shared memory: stages of (P, Q) k-tiles (3xTF32: hi and lo of each), barriers, maps, alignment."""
+def staging_bytes(consumers: int, qn: int) -> int:
+    """A user epilogue's output staging past the maps: 16 x (min(32, qn) + 8) floats per consumer warp
+    (templates/common/wgmma_store.cuh.jinja)."""
+    return 4 * consumers * 16 * (min(32, qn) + 8) * 4
+
+
+def smem_bytes(consumers: int, qn: int, stages: int, split: bool, staged: bool = False) -> int:
+    """Dynamic shared memory: stages of (P, Q) k-tiles (3xTF32: hi and lo of each), barriers, maps, alignment;
+    `staged`: a user epilogue's staging too."""
     parts = 2 if split else 1
-    return stages * parts * (64 * consumers + qn) * BK * 4 + 16 * stages + 2 * parts * 128 + 128 + 1024
+    return (stages * parts * (64 * consumers + qn) * BK * 4 + 16 * stages + 2 * parts * 128 + 128 + 1024
+            + (staging_bytes(consumers, qn) if staged else 0))
 
 
 def smem_limit(target: Target, per_sm: int) -> int:
@@ -147,9 +153,10 @@ def smem_limit(target: Target, per_sm: int) -> int:
     return target.smem_per_block if per_sm == 1 else target.smem_per_sm // per_sm - 1024
 
 
-def stages_for(consumers: int, qn: int, split: bool, target: Target, per_sm: int = 1) -> int:
-    """As many stages as fit in one block's shared memory (at most MAX_STAGES)."""
-    fit = [s for s in range(2, MAX_STAGES + 1) if smem_bytes(consumers, qn, s, split) <= smem_limit(target, per_sm)]
+def stages_for(consumers: int, qn: int, split: bool, target: Target, per_sm: int = 1, staged: bool = False) -> int:
+    """As many stages as fit in one block's shared memory (at most MAX_STAGES), beside a user epilogue's staging."""
+    fit = [s for s in range(2, MAX_STAGES + 1)
+           if smem_bytes(consumers, qn, s, split, staged) <= smem_limit(target, per_sm)]
     if not fit:
         raise ValueError(f"GEMM wgmma tile {64 * consumers}x{qn} does not fit {target.arch}'s shared memory: "
                          "choose a smaller tile_size")
@@ -172,8 +179,8 @@ def units(problem, choice: WgmmaChoice) -> int:
 def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
     """tile_size / block_size as the config names them, or the heuristic's pick then the other candidates.
 
-    The pick: the widest tile whose count fills the SMs (FILL); for TF32 with K <= SHORT_K one-consumer
-    tiles first (100 x 256³: 39 us with 64 x 128 tiles two per SM, 41-42 us with 128 x 128 / 128 x 256)."""
+    The pick: the build the cost model of wgmma_tiles.py times fastest among those the config allows (block_size
+    256: one consumer; tile_size is each instruction's N, so tile widths that are multiples of it)."""
     if cfg.tile_size not in (0, *WIDTHS[1:]):
         raise ValueError(f"GEMM tile_size={cfg.tile_size} is not allowed for the wgmma kernel: choose 0 (auto) or "
                          f"one of {', '.join(map(str, WIDTHS[1:]))}")
@@ -181,35 +188,32 @@ def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
         raise ValueError(f"GEMM block_size={cfg.block_size} cannot run the wgmma kernel (a producer warpgroup and "
                          "1 or 2 consumer warpgroups): choose block_size 256 (one consumer) or 0 (two)")
     consumers = 1 if cfg.block_size == 256 else 2
-    # tile_size is the instruction's N: the tile is at least that wide, as wide as the heuristic likes.
-    pairs = [(c, q) for c, q in AUTO if (not cfg.block_size or c == consumers) and q >= cfg.tile_size]
-    if not pairs:
-        pairs = [(consumers, cfg.tile_size or 64)]
-    if split:   # a k-tile's sum and the running total fit up to 128 wide, the widest tiles first
-        pairs = sorted(dict.fromkeys((c, min(q, SPLIT_MAX)) for c, q in pairs), key=lambda p: -p[1])
-    pairs = list(dict.fromkeys(pairs))
-    if problem.k <= SHORT_K and not split:
-        pairs.sort(key=lambda p: p[0] != 1)
-    first = next((p for p in pairs if tiles(problem, *p, split) >= FILL * target.sm_count), pairs[-1])
-    switches = {"split": split, "unroll": cfg.enable_loop_unroll, "opts": pipeline.compile_opts(cfg),
-                "ni": cfg.tile_size if cfg.tile_size < first[1] else 0}
-    found = [build(*first, target, **switches)]
-    if not cfg.tile_size and not cfg.block_size:
-        found += [build(c, q, target, **switches) for c, q in pairs if (c, q) != first]
+    pool = wgmma_tiles.SPLIT_BUILDS if split else wgmma_tiles.TF32_BUILDS
+    pairs = [(c, q) for c, q in pool if (not cfg.block_size or c == consumers) and q % max(8, cfg.tile_size) == 0]
+    switches = {"split": split, "unroll": cfg.enable_loop_unroll, "opts": pipeline.compile_opts(cfg)}
+    staged = bool(problem.epilogue)
+    made = [build(c, q, target, staged=staged, ni=cfg.tile_size if cfg.tile_size < q else 0, **switches)
+            for c, q in pairs]
+    order = wgmma_tiles.ranked([(b.consumers, b.qn, b.per_sm) for b in made],
+                               lambda c, q: tiles(problem, c, q, split), cdiv(problem.k, BK), split, target.sm_count)
+    found = sorted(made, key=lambda b: order.index((b.consumers, b.qn, b.per_sm)))
+    if cfg.tile_size or cfg.block_size:      # a named shape: its pick, and the variants below as candidates
+        found = found[:1]
     head = found[0]
     if head.per_sm == 2:    # one block per SM is a tuning candidate too
-        found.append(dataclasses.replace(head, per_sm=1, stages=stages_for(head.consumers, head.qn, split, target)))
+        found.append(dataclasses.replace(head, per_sm=1, stages=stages_for(head.consumers, head.qn, split, target,
+                                                                           staged=staged)))
     if target.clusters:     # the Q tile multicast over a pair of blocks: a candidate, never the pick (measured no gain)
         found.append(dataclasses.replace(head, cluster=2))
     return found
 
 
-def build(consumers: int, qn: int, target: Target, split: bool, **switches) -> WgmmaChoice:
+def build(consumers: int, qn: int, target: Target, split: bool, staged: bool = False, **switches) -> WgmmaChoice:
     """The heuristic's build of a (consumers, qn) tile: two blocks per SM with one TF32 consumer up to 128 wide
     (the whole kernel then fits the 128-register cap of two 256-thread blocks), as many stages as fit."""
     per_sm = 2 if consumers == 1 and qn <= 128 and not split else 1
-    return WgmmaChoice(consumers, qn, stages_for(consumers, qn, split, target, per_sm), split=split, per_sm=per_sm,
-                       **switches)
+    stages = stages_for(consumers, qn, split, target, per_sm, staged)
+    return WgmmaChoice(consumers, qn, stages, split=split, per_sm=per_sm, **switches)
 
 
 def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
@@ -222,9 +226,11 @@ def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
         raise ValueError(f"GEMM 3xTF32 wgmma tiles are at most {SPLIT_MAX} wide (a k-tile's sum and the running "
                          f"total in registers), not {choice.qn}: choose tile_size {SPLIT_MAX} or less")
     p_is_a, p_kmajor = (True, True) if choice.split else layout(problem.trans_a, problem.trans_b)
-    if choice.instr_n not in WIDTHS or choice.qn % choice.instr_n:
-        raise ValueError(f"GEMM wgmma ni={choice.ni}: each instruction's N must be one of {WIDTHS} and divide the "
-                         f"tile width {choice.qn}: choose tile_size {choice.qn} or a smaller power of two")
+    if not (0 < choice.qn <= MAX_WIDTH and choice.qn % 8 == 0 and choice.instr_n % 8 == 0
+            and choice.qn % choice.instr_n == 0):
+        raise ValueError(f"GEMM wgmma qn={choice.qn} ni={choice.ni}: the tile width and each instruction's N must be "
+                         f"multiples of 8 up to {MAX_WIDTH}, the instruction's N dividing the tile width: choose "
+                         f"tile_size {choice.qn} or a smaller power of two")
     if choice.per_sm not in (1, 2) or choice.per_sm == 2 and (choice.consumers != 1 or choice.split or choice.qn > 128):
         raise ValueError(f"GEMM wgmma per_sm={choice.per_sm}: two blocks per SM need one consumer warpgroup, "
                          "TF32 and a tile at most 128 wide (128 registers per thread): use per_sm=1")
@@ -254,7 +260,10 @@ def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
     maps = grid * MAP_BYTES * (2 if choice.split else 1)
     scalars = (scalar("float32", problem.alpha), scalar("float32", problem.beta))
     cl = (choice.cluster, 1, 1)
-    shared = smem_bytes(choice.consumers, choice.qn, choice.stages, choice.split)
+    shared = smem_bytes(choice.consumers, choice.qn, choice.stages, choice.split, bool(problem.epilogue))
+    if shared > smem_limit(target, choice.per_sm):
+        raise ValueError(f"GEMM wgmma {choice.label} with an epilogue needs {shared} bytes of shared memory, more than "
+                         f"{target.arch} gives a block: take the choice the heuristic makes for the fused problem")
     # a user epilogue's operands follow a, b, c (its arguments come last); the workspace follows them
     operands = ("a", "b", "c", *epilogue.operand_names(problem.epilogue))
     extra, ws = epilogue.args(problem.epilogue, 3), len(operands)

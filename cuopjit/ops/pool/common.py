@@ -1,5 +1,9 @@
-"""2-D pooling over NCHW: MaxPool2D, AveragePool2D (windowed.py), GlobalMaxPool2D, GlobalAveragePool2D
-(global_pool.py), Float/Double; this module holds what both families share.
+"""2-D pooling over NCHW or channels_last: MaxPool2D, AveragePool2D (windowed.py), GlobalMaxPool2D,
+GlobalAveragePool2D (global_pool.py), Float/Double; this module holds what both families share.
+
+x and y are both contiguous (NCHW) or both channels_last (a mismatch raises naming both layouts; a global
+pool's N x C x 1 x 1 output is either, the memory being the same); channels_last runs its own kernels, with
+no layout copy (nhwc.py, which maps the JITConfig fields for them). The table below is the NCHW kernels'.
 
 Window pools take kernel_h/kernel_w, stride_h/stride_w (default: the kernel) and pad_h/pad_w
 (default 0, at most half the kernel, as in PyTorch) in the constructor, and any of them again as
@@ -32,6 +36,7 @@ from ...config import ConfigSnapshot
 from .. import knobs
 
 TEMPLATE = "pool/pool.cu.jinja"
+TEMPLATE_NHWC = "pool/pool_nhwc.cu.jinja"
 DEFAULT_THREADS = 256
 GLOBAL_MAX_ITEMS = 8   # 16-byte loads in flight per thread per step (32 registers)
 GLOBAL_THREADS = 128

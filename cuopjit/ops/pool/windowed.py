@@ -1,4 +1,5 @@
-"""Window pools: MaxPool2D and AveragePool2D over NCHW (the family `pool2d`, ops "max" and "avg").
+"""Window pools: MaxPool2D and AveragePool2D over NCHW or channels_last (the family `pool2d`, ops "max" and
+"avg"; channels_last plans in nhwc.py).
 
 The JITConfig fields' effects and the shape rules are in `common`'s docstring.
 """
@@ -13,9 +14,13 @@ from ...build import pipeline
 from ...config import ConfigSnapshot
 from ...run.plan import Family, KernelLaunch, Plan, i32, i64, ptr
 from ...target import Target
+from ...layout import CHANNELS_LAST, CONTIGUOUS
 from ...tensor import Tensor
 from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width
+from ..layouts import same_layout
+from . import nhwc
 from .common import DEFAULT_THREADS, OPT_VECTORS, TEMPLATE, check_tile_size, units
+from ..choice import kernel_choice
 
 
 class Window(NamedTuple):
@@ -30,7 +35,8 @@ class Window(NamedTuple):
 # --- window pools --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class WindowProblem:
-    """Pool `planes` (N * C) planes of h x w into oh x ow under `window`; x and y 16-byte alignment."""
+    """Pool `planes` (N * C) planes of h x w into oh x ow under `window`; x and y 16-byte alignment.
+    channels_last `layout`: `planes` is N and `channels` C (pixels of C channels)."""
     op: str
     dtype: str
     planes: int
@@ -41,20 +47,14 @@ class WindowProblem:
     window: Window
     aligned_in: bool
     aligned_out: bool
+    layout: str = CONTIGUOUS
+    channels: int = 1
 
 
-@dataclass(frozen=True)
-class WindowChoice:
-    """Threads per block, adjacent outputs per thread, 16-byte loads / stores."""
-    threads: int
-    opt: int
-    vec_in: bool
-    vec_out: bool
-    opts: pipeline.CompileOpts = pipeline.DEFAULT_OPTS
-
-    @property
-    def label(self) -> str:
-        return f"o{self.opt}_{'v' if self.vec_in else 's'}{'v' if self.vec_out else 's'}_b{self.threads}"
+WindowChoice = kernel_choice(
+    "WindowChoice", "threads opt vec_in vec_out",
+    lambda c: f"o{c.opt}_{'v' if c.vec_in else 's'}{'v' if c.vec_out else 's'}_b{c.threads}",
+    "Threads per block, adjacent outputs per thread, 16-byte loads / stores.")
 
 
 def outputs_per_thread(dtype: np.dtype, OW: int) -> int:
@@ -63,9 +63,12 @@ def outputs_per_thread(dtype: np.dtype, OW: int) -> int:
     return OPT_VECTORS * vec if OW >= OPT_VECTORS * vec else (vec if OW >= vec else 1)
 
 
-def window_choices(problem: WindowProblem, cfg: ConfigSnapshot, target: Target) -> list[WindowChoice]:
-    """The one kernel shape `cfg` names; 16-byte accesses only where pointers, W, OW and the span line up."""
+def window_choices(problem: WindowProblem, cfg: ConfigSnapshot, target: Target) -> list[Any]:
+    """The one kernel shape `cfg` names; 16-byte accesses only where pointers, W, OW and the span line up
+    (channels_last: where C and the pointers do)."""
     check_tile_size(cfg)
+    if problem.layout == CHANNELS_LAST:
+        return nhwc.choices(problem, cfg, target, problem.aligned_in and problem.aligned_out, window=True)
     dtype, win = np.dtype(problem.dtype), problem.window
     vec = vector_width(dtype)
     simple = cfg.kernel_type == "simple"
@@ -74,11 +77,13 @@ def window_choices(problem: WindowProblem, cfg: ConfigSnapshot, target: Target) 
     vec_in = bool(coalesce and problem.aligned_in and problem.w % vec == 0 and win.pw == 0
                   and (opt * win.sw) % vec == 0)
     vec_out = bool(coalesce and problem.aligned_out and problem.ow % vec == 0 and opt % vec == 0)
-    return [WindowChoice(cfg.block_size or DEFAULT_THREADS, opt, vec_in, vec_out, pipeline.compile_opts(cfg))]
+    return [WindowChoice(cfg.block_size or DEFAULT_THREADS, opt, vec_in, vec_out, opts=pipeline.compile_opts(cfg))]
 
 
-def window_plan(problem: WindowProblem, choice: WindowChoice, target: Target) -> Plan:
+def window_plan(problem: WindowProblem, choice: Any, target: Target) -> Plan:
     """One launch over every output group: x = operand 0, y = operand 1."""
+    if isinstance(choice, nhwc.NhwcChoice):
+        return nhwc.window_plan(problem, choice, target)
     dtype, win, threads = np.dtype(problem.dtype), problem.window, choice.threads
     groups = cdiv(problem.ow, choice.opt)
     total = problem.planes * problem.oh * groups
@@ -98,12 +103,17 @@ def window_plan(problem: WindowProblem, choice: WindowChoice, target: Target) ->
 
 
 def window_problems(op: str) -> list[WindowProblem]:
-    """The spec's 2x2 pool on 32x64x56x56, a padded 3x3 stride-1 pool, and an odd unaligned one."""
+    """The spec's 2x2 pool on 32x64x56x56, a padded 3x3 stride-1 pool, and an odd unaligned one; channels_last:
+    ResNet's 3x3/2 padded pool on 32x256x56x56 and an odd 2x2 one (C = 5)."""
     cases = ((Window(2, 2, 2, 2, 0, 0), 32 * 64, 56, 56, 28, 28, True),
              (Window(3, 3, 1, 1, 1, 1), 32 * 64, 56, 56, 56, 56, True),
              (Window(2, 2, 2, 2, 0, 0), 7, 33, 33, 16, 16, False))
-    return [WindowProblem(op, dt, planes, h, w, oh, ow, win, aligned, aligned) for dt in ("float32", "float64")
-            for win, planes, h, w, oh, ow, aligned in cases]
+    nhwc_cases = ((Window(3, 3, 2, 2, 1, 1), 32, 256, 56, 56, 28, 28, True),
+                  (Window(2, 2, 2, 2, 0, 0), 2, 5, 13, 7, 6, 3, False))
+    return ([WindowProblem(op, dt, planes, h, w, oh, ow, win, aligned, aligned) for dt in ("float32", "float64")
+             for win, planes, h, w, oh, ow, aligned in cases]
+            + [WindowProblem(op, dt, n, h, w, oh, ow, win, aligned, aligned, CHANNELS_LAST, c)
+               for dt in ("float32", "float64") for win, n, c, h, w, oh, ow, aligned in nhwc_cases])
 
 
 def window_family(op: str) -> Family:
@@ -112,7 +122,8 @@ def window_family(op: str) -> Family:
 
 
 class Pool2D(Operator):
-    """Window pooling over NCHW: `forward(x, y, **window)` returns y (see the module docstring)."""
+    """Window pooling over NCHW or channels_last (x and y alike): `forward(x, y, **window)` returns y (see the
+    module docstring)."""
 
     op = "max"
     family = window_family("max")
@@ -158,8 +169,8 @@ class Pool2D(Operator):
             raise TypeError(f"{name}.forward got unexpected keyword arguments {sorted(unknown)}: allowed are "
                             f"{', '.join(self._defaults)}")
         win = self._window(**kwargs)
-        self.check_operand("x", x, ndim=4)
-        self.check_operand("y", y)
+        x = self.check_operand("x", x, ndim=4, layouts=(CONTIGUOUS, CHANNELS_LAST))
+        y = self.check_operand("y", y, layouts=(CONTIGUOUS, CHANNELS_LAST))
         n, c, h, w = x.shape
         oh, ow = (h + 2 * win.ph - win.kh) // win.sh + 1, (w + 2 * win.pw - win.kw) // win.sw + 1
         if oh < 1 or ow < 1:
@@ -169,8 +180,12 @@ class Pool2D(Operator):
             raise ValueError(f"{name}: y has shape {list(y.shape)}, expected {[n, c, oh, ow]} (x of shape "
                              f"{list(x.shape)}, kernel {win.kh}x{win.kw}, stride {win.sh}x{win.sw}, "
                              f"padding {win.ph}x{win.pw})")
+        layout = same_layout(name, [("x", x), ("y", y)])
         if y.size == 0:
             return None
+        if layout == CHANNELS_LAST:
+            return WindowProblem(self.op, self.dtype.name, n, h, w, oh, ow, win, (x.ptr & 15) == 0, (y.ptr & 15) == 0,
+                                 layout, c)
         return WindowProblem(self.op, self.dtype.name, n * c, h, w, oh, ow, win, (x.ptr & 15) == 0,
                              (y.ptr & 15) == 0)
 

@@ -8,8 +8,12 @@ the H100), against the same GEMM alone (same config, alpha 1, beta 0): goal <= 3
 BatchNorm + ReLU, relu(acc * scale + shift), and with a residual, relu(acc * scale + shift + residual), on two
 ResNet-50 layers at batch 32 (NCHW), fp32 and tf32, against the conv alone: goal <= 5% slower. Each pair is
 timed in alternating rounds (mb_common.time_pair); the fused output is checked against the plain product's
-output put through the epilogue in float64 (cuopjit.expr.evaluate). Every kernel is compiled before timing,
-in parallel. JSON + PNG under benchmarks/results/ only when a GPU ran.
+output put through the epilogue in float64 (cuopjit.expr.evaluate). A ResNet-50 bottleneck block (channels_last,
+batch 32: 1x1 256->64, 3x3 64->64, 1x1 64->256 + the input, each conv's folded BatchNorm, ReLU and the residual
+in its epilogue) against torch eager (cuDNN, BatchNorm modules, add, ReLU): goal TF32 >= 1.3x, fp32 >= 1.15x
+(fusion_block.py). Host: the first forward of a new epilogue (kernels compiled: goal 1) and warm forward host
+time fused / plain (goal <= 1.05) on tiny problems. Every kernel is compiled before timing, in parallel. JSON +
+PNG under benchmarks/results/ only when a GPU ran.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import cuopjit  # noqa: E402
 from cuopjit.build import pipeline  # noqa: E402
 from cuopjit.expr import evaluate, parse_epilogue  # noqa: E402
 from cuopjit.target import of_device  # noqa: E402
+from fusion_block import block_cases, host_rows, run_block  # noqa: E402
 from mb_common import time_pair  # noqa: E402
 from results_io import RESULTS, bar_chart, require_gpu, save_json  # noqa: E402
 
@@ -164,7 +169,8 @@ def main(argv=None) -> int:
     ns = p.parse_args(argv)
     require_gpu("benchmarks/fusion.py")
     import torch
-    cases = [c for c in gemm_cases() + conv_cases() if not ns.only or any(o in c["name"] for o in ns.only)]
+    wanted = (lambda name: not ns.only or any(o in name for o in ns.only))
+    cases = [c for c in gemm_cases() + conv_cases() if wanted(c["name"])]
     build_all(cases)
     rows = []
     for case in cases:
@@ -173,8 +179,10 @@ def main(argv=None) -> int:
         print(f"{r['name']:<44} fused {r['fused']['median_ms']:.4f} ms  alone {r['plain']['median_ms']:.4f} ms  "
               f"x{r['ratio']:.3f} ({'MET' if r['goal_met'] else 'missed'} <= {r['goal']:.2f}; "
               f"{r['tflops']:.1f} TFLOP/s; rel err {r['rel_error']:.1e}) {r['kernel']}", flush=True)
+    blocks = [run_block(case, ns.repeat) for case in block_cases() if wanted(case["name"])]
+    host = host_rows() if wanted("host") else []
     device = torch.cuda.get_device_name()
-    out = save_json(ns.out, {"device": device, "rows": rows}, gpu=True)
+    out = save_json(ns.out, {"device": device, "rows": rows, "blocks": blocks, "host": host}, gpu=True)
     chart(rows, str(out.with_suffix(".png")))
     return 0
 

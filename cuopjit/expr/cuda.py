@@ -8,10 +8,12 @@ these loads. Only math builtins NVRTC declares without headers are used.
 
 Semantics (the NumPy reference in numpy_eval.py follows them): relu(x) = x < 0 ? 0 : x (NaN stays
 NaN, relu(-0) = -0); min/max/clamp propagate NaN like torch.minimum/maximum/clamp (fminf/fmaxf would
-drop it), clamp(x, lo, hi) = min(max(x, lo), hi); gelu(x) = x/2 * erfc(-x/sqrt(2)) (the erf form,
-accurate for negative x); gelu_tanh, silu = x / (1 + exp(-x)), sigmoid = 1 / (1 + exp(-x)) by their
-formulas, so gelu(-inf), gelu_tanh(-inf) and silu(-inf) are NaN; comparisons are IEEE (false on NaN
-but !=).
+drop it), clamp(x, lo, hi) = min(max(x, lo), hi); gelu(x) = x/2 * erfc(-x/sqrt(2)) in double (the erf
+form, accurate for negative x) and x/2 * (1 + erf(x/sqrt(2))) in float (PyTorch's CUDA formula: erff costs half
+the instructions of erfcf, which decided fused GEMMs' speed; absolute error within |x| * 2^-23); gelu_tanh,
+silu = x / (1 + exp(-x)) (float: __fdividef, 2 ulp, a denominator past 2^126 gives -0, x / inf's value),
+sigmoid = 1 / (1 + exp(-x)) by their formulas, so gelu(-inf), gelu_tanh(-inf) and silu(-inf) are NaN;
+comparisons are IEEE (false on NaN but !=).
 """
 from __future__ import annotations
 
@@ -23,8 +25,7 @@ from typing import Iterable, Mapping, Union
 import numpy as np
 
 from .parse import Expression, Program
-from .tree import (FUNCTIONS, GELU_TANH_K, BinOp, BoolOp, Call, Compare, ExpressionError, Name, Neg, Node, Not,
-                   Num, functions)
+from .tree import FUNCTIONS, GELU_TANH_K, ExpressionError, Neg, Node, Num, fold, functions
 
 SCALARS = ("float", "double")
 _MATH = {
@@ -45,7 +46,25 @@ _HELPERS = {  # called as cj_<name>(...); parameters are FUNCTIONS[name], each o
     "max": "return (a != a || b != b) ? a + b : {fmax}(a, b);",
     "clamp": "return cj_min(cj_max(x, lo), hi);",
 }
-_NEEDS = {"clamp": ("min", "max")}
+# float's own: gelu by erf, and erf as CUDA's erff (its coefficients) without erff's branch, which cost an
+# unrolled GEMM epilogue its registers (a 128-register SIMT kernel spilled).
+_ERF_BIG = [0x388e49b7, 0xba73c723, 0x3be3e044, 0xbd19b6f7, 0x3e2072ab, 0x3f6a18f3, 0x3f20f3eb]
+_ERF_SMALL = [0x388d8e09, 0xba487a7d, 0x3ba886c1, 0xbcdbc4cf, 0x3de712bb, 0xbec09388, 0x3e0375d4]
+def _poly(var: str, t: str, coefs: list[int]) -> str:
+    return (f"float {var} = __int_as_float(0x{coefs[0]:x}); "
+            + "".join(f"{var} = fmaf({var}, {t}, __int_as_float(0x{c:x})); " for c in coefs[1:]))
+
+
+_FLOAT_HELPERS = {   # both polynomials with immediate coefficients: selecting between two sets held 14 registers
+    "erf": ("const float a = fabsf(x), s = x * x; " + _poly("rb", "a", _ERF_BIG) + _poly("rs", "s", _ERF_SMALL)
+            + "const bool big = a >= __int_as_float(0x3f807b28); const float p = fmaf(big ? rb : rs, x, x); float e; "
+              "asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(e) : \"f\"(-fabsf(p))); "
+              "return big ? copysignf(1.f - e, x) : p;").replace("{", "{{").replace("}", "}}"),
+    "gelu": "return {half} * x * ({one} + cj_erf(x * {sqrt1_2}));",
+    "silu": "return __fdividef(x, {one} + {exp}(-x));",   # 2 ulp; 1 + exp(-x) past 2^126 gives -0 (as x / inf)
+}
+_HELPER_PARAMS = {"erf": ("x",)}
+_NEEDS = {"clamp": ("min", "max"), "gelu": ("erf",)}
 _SIMPLE = re.compile(r"[A-Za-z_]\w*(\[[^\[\]]*\])?")
 
 
@@ -89,17 +108,17 @@ def prelude(funcs: Iterable[str], scalar: str = "float") -> str:
         if f not in FUNCTIONS:
             raise ExpressionError(f"unknown function {f!r}; functions: {', '.join(FUNCTIONS)}")
         for g in (*_NEEDS.get(f, ()), f):
-            if g in _HELPERS:
+            if g in _HELPERS or scalar == "float" and g in _FLOAT_HELPERS:
                 wanted[g] = None
     words = dict(_MATH[scalar], zero=literal(0.0, scalar), one=literal(1.0, scalar), half=literal(0.5, scalar),
                  sqrt1_2=literal(math.sqrt(0.5), scalar), sqrt_2_pi=literal(math.sqrt(2 / math.pi), scalar),
                  k=literal(GELU_TANH_K, scalar))
-    out = []
+    out, helpers = [], _FLOAT_HELPERS if scalar == "float" else {}
     for f in wanted:
         guard = f"CJ_EXPR_{f.upper()}_{scalar.upper()}"
-        params = ", ".join(f"{scalar} {p}" for p in FUNCTIONS[f])
+        params = ", ".join(f"{scalar} {p}" for p in _HELPER_PARAMS.get(f) or FUNCTIONS[f])
         out.append(f"#ifndef {guard}\n#define {guard}\n__device__ __forceinline__ {scalar} cj_{f}({params}) "
-                   f"{{ {_HELPERS[f].format(**words)} }}\n#endif\n")
+                   f"{{ {(helpers.get(f) or _HELPERS[f]).format(**words)} }}\n#endif\n")
     return "".join(out)
 
 
@@ -137,25 +156,23 @@ class _Gen:
         self.loads, self.scalar = loads, scalar
 
     def c(self, node: Node) -> str:
+        return fold(node, self.leaf, lambda n, a: f"({'-' if isinstance(n, Neg) else '!'}{a})", self.binary, self.call)
+
+    def leaf(self, node: Node) -> str:
         if isinstance(node, Num):
             return literal(node.value, self.scalar)
-        if isinstance(node, Name):
-            load = self.loads.get(node.id)
-            if not isinstance(load, str) or not load.strip():
-                raise ExpressionError(f"no load was given for {node.id!r}; loads given: {', '.join(self.loads)}")
-            return load if _SIMPLE.fullmatch(load) else f"({load})"
-        if isinstance(node, Neg):
-            return f"(-{self.c(node.operand)})"
-        if isinstance(node, (BinOp, Compare)):
-            return f"({self.c(node.left)} {node.op} {self.c(node.right)})"
-        if isinstance(node, BoolOp):
-            return f"({self.c(node.left)} {'&&' if node.op == 'and' else '||'} {self.c(node.right)})"
-        if isinstance(node, Not):
-            return f"(!{self.c(node.operand)})"
-        if isinstance(node, Call):
-            args = [self.c(a) for a in node.args]
-            if node.func == "where":
-                return f"({args[0]} ? {args[1]} : {args[2]})"
-            name = _MATH[self.scalar][node.func] if node.func in _BUILTINS else f"cj_{node.func}"
-            return f"{name}({', '.join(args)})"
-        raise TypeError(f"not an expression node: {node!r}")
+        load = self.loads.get(node.id)
+        if not isinstance(load, str) or not load.strip():
+            raise ExpressionError(f"no load was given for {node.id!r}; loads given: {', '.join(self.loads)}")
+        return load if _SIMPLE.fullmatch(load) else f"({load})"
+
+    @staticmethod
+    def binary(node: Node, left: str, right: str) -> str:
+        op = {"and": "&&", "or": "||"}.get(node.op, node.op)
+        return f"({left} {op} {right})"
+
+    def call(self, node: Node, args: list) -> str:
+        if node.func == "where":
+            return f"({args[0]} ? {args[1]} : {args[2]})"
+        name = _MATH[self.scalar][node.func] if node.func in _BUILTINS else f"cj_{node.func}"
+        return f"{name}({', '.join(args)})"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator, Union
+from typing import Any, Callable, Iterator, Union
 
 from ..errors import CuopjitError
 
@@ -57,39 +57,42 @@ class Name:
 
 
 @dataclass(frozen=True)
-class Neg:
+class Unary:
+    """One operand under a prefix operator (Neg, Not)."""
+    operand: Node
+
+
+@dataclass(frozen=True)
+class Binary:
+    """Two operands joined by `op` (BinOp, Compare, BoolOp): nodes of different classes are never equal."""
+    op: str
+    left: Node
+    right: Node
+
+
+@dataclass(frozen=True)
+class Neg(Unary):
     """Unary minus of a value (never of a literal: the parser folds `-1.5` into Num(-1.5))."""
-    operand: Node
 
 
 @dataclass(frozen=True)
-class BinOp:
+class BinOp(Binary):
     """`left op right` for op in + - * /."""
-    op: str
-    left: Node
-    right: Node
 
 
 @dataclass(frozen=True)
-class Compare:
+class Compare(Binary):
     """`left op right` for op in < <= > >= == != (a condition; only inside where's first argument)."""
-    op: str
-    left: Node
-    right: Node
 
 
 @dataclass(frozen=True)
-class BoolOp:
+class BoolOp(Binary):
     """`left and right` / `left or right` of two conditions."""
-    op: str
-    left: Node
-    right: Node
 
 
 @dataclass(frozen=True)
-class Not:
+class Not(Unary):
     """`not cond`."""
-    operand: Node
 
 
 @dataclass(frozen=True)
@@ -102,30 +105,34 @@ class Call:
 Node = Union[Num, Name, Neg, BinOp, Compare, BoolOp, Not, Call]
 
 
+def fold(node: Node, leaf: Callable[[Node], Any], unary: Callable[[Node, Any], Any],
+         binary: Callable[[Node, Any, Any], Any], call: Callable[[Node, list], Any]) -> Any:
+    """A tree folded bottom-up: `leaf` of each Num and Name, `unary(node, operand)`, `binary(node, left, right)`,
+    `call(node, args)` of the folded operands. The canonical string and the CUDA generator are two folds."""
+    if isinstance(node, (Num, Name)):
+        return leaf(node)
+    if isinstance(node, Unary):
+        return unary(node, fold(node.operand, leaf, unary, binary, call))
+    if isinstance(node, Binary):
+        return binary(node, fold(node.left, leaf, unary, binary, call), fold(node.right, leaf, unary, binary, call))
+    if isinstance(node, Call):
+        return call(node, [fold(a, leaf, unary, binary, call) for a in node.args])
+    raise TypeError(f"not an expression node: {node!r}")
+
+
 def canonical(node: Node) -> str:
     """The spelling-independent string of a tree, e.g. 'relu((acc+bias))'; parses back to the same tree."""
-    if isinstance(node, Num):
-        return repr(node.value)
-    if isinstance(node, Name):
-        return node.id
-    if isinstance(node, Neg):
-        return f"(-{canonical(node.operand)})"
-    if isinstance(node, (BinOp, Compare)):
-        return f"({canonical(node.left)}{node.op}{canonical(node.right)})"
-    if isinstance(node, BoolOp):
-        return f"({canonical(node.left)} {node.op} {canonical(node.right)})"
-    if isinstance(node, Not):
-        return f"(not {canonical(node.operand)})"
-    if isinstance(node, Call):
-        return f"{node.func}({','.join(canonical(a) for a in node.args)})"
-    raise TypeError(f"not an expression node: {node!r}")
+    return fold(node, lambda n: repr(n.value) if isinstance(n, Num) else n.id,
+                lambda n, a: f"({'-' if isinstance(n, Neg) else 'not '}{a})",
+                lambda n, a, b: f"({a} {n.op} {b})" if isinstance(n, BoolOp) else f"({a}{n.op}{b})",
+                lambda n, args: f"{n.func}({','.join(args)})")
 
 
 def children(node: Node) -> tuple[Node, ...]:
     """The node's operands, left to right."""
-    if isinstance(node, (Neg, Not)):
+    if isinstance(node, Unary):
         return (node.operand,)
-    if isinstance(node, (BinOp, Compare, BoolOp)):
+    if isinstance(node, Binary):
         return (node.left, node.right)
     if isinstance(node, Call):
         return node.args

@@ -6,8 +6,10 @@ and each operand's kind, e.g. 'gelu((acc+bias))|bias:per_column' ("" = the kerne
 So the meaning, not the spelling, enters the plan, the kernel's name and the cache key. From the key:
 
     code(key, scalar)     the template parameter `epilogue` (EpilogueCode): the helper prelude, one C
-                          expression over the functor's loads, each operand's kind, whether it reads `c`;
-                          templates/common/epilogue.cuh.jinja turns it into the functor every store site calls
+                          expression over the functor's loads (one output), the same over a run of outputs
+                          whose operands were loaded first (`vexpr`: element cj_k of the arrays the functor's
+                          `apply` fills, 16-byte loads where they line up), each operand's kind, whether it reads
+                          `c`; templates/common/epilogue.cuh.jinja turns it into the functor every store site calls
     args(key, first)      the kernel arguments it adds: ptr(first), ptr(first + 1), ... one per operand in
                           the expression's order (a tensor's pointer, or a Python number's bits: the plan's
                           per-call slots, so a new number neither re-plans nor recompiles)
@@ -40,6 +42,7 @@ class EpilogueCode:
     expr: str
     operands: tuple[str, ...]     # each operand's kind, in argument order
     reads_c: bool
+    vexpr: str                    # element cj_k of a run: acc v[cj_k], c cj_cv[cj_k], operand k cj_o<k>[cj_k] / cj_s<k>
 
     def __str__(self) -> str:
         return self.key
@@ -80,8 +83,10 @@ def code(key: str, scalar: str) -> EpilogueCode:
     loads = {"acc": "cj_acc", "c": "cj_c"}
     loads.update({name: _LOADS[kind].format(k=k) for k, (name, kind) in enumerate(kinds)})
     gen = generate(expr, loads, scalar)
+    run = {"acc": "v[cj_k]", "c": "cj_cv[cj_k]"}
+    run.update({name: f"cj_s{k}" if kind == SCALAR else f"cj_o{k}[cj_k]" for k, (name, kind) in enumerate(kinds)})
     return EpilogueCode(key, tuple(line for line in gen.prelude.split("\n") if line), gen.expr,
-                        tuple(kind for _, kind in kinds), "c" in expr.names)
+                        tuple(kind for _, kind in kinds), "c" in expr.names, generate(expr, run, scalar).expr)
 
 
 def args(key: str, first: int) -> tuple[Arg, ...]:

@@ -16,8 +16,9 @@ NumPy broadcasting; a convolution's channels are its column axis, and a 1-D [K] 
 a number is "scalar", one value per column "per_column", per row "per_row", the output's shape "full". Tensor
 operands must not overlap the output (read its old value as `c`).
 
-While an epilogue is set, the instance's `bind` is `_fused_bind` (the class's bind plus the operands): a
-forward without one runs the class's bind untouched.
+While an epilogue is set, the instance's `bind` is the class's bind plus the operands (`_bound_bind`: with every
+operand bound and none passed, one call and two tuples more than the class's; else `_fused_bind`): a forward
+without an epilogue runs the class's bind untouched.
 """
 from __future__ import annotations
 
@@ -82,7 +83,24 @@ class Fusable:
         if expr is None:
             self.__dict__.pop("bind", None)
         else:
-            self.bind = self._fused_bind
+            self.bind = self._bound_bind()
+
+    def _bound_bind(self):
+        """The bind forward calls while an epilogue is set: a call that passes none of its operands (every one
+        bound) gets the class's bind plus the keys and words made here, once; any other goes to _fused_bind."""
+        names = frozenset(name for name, _ in self._slots)
+        fixed = [f for _, f in self._slots if f is not None]
+        keys, words = (self._fused.canonical, *(f[0] for f in fixed)), tuple(f[1] for f in fixed)
+        cls_bind, general = type(self).bind, self._fused_bind
+        if len(fixed) < len(self._slots):
+            return general
+
+        def bind(*args: Any, **kwargs: Any) -> tuple:
+            if kwargs and not names.isdisjoint(kwargs):
+                return general(*args, **kwargs)
+            key, pointers, result = cls_bind(self, *args, **kwargs)
+            return (key, *keys), pointers + words, result
+        return bind
 
     def _fixed(self, name: str) -> tuple | None:
         """(key part, pointer slot) of a bound operand, None for one passed per call."""

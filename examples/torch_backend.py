@@ -3,8 +3,9 @@
     python examples/torch_backend.py        # needs a GPU, torch (and torchvision for the ResNet)
 
 `import cuopjit.torch` registers the backend "cuopjit"; `torch.compile(model, backend="cuopjit")` runs every
-node it supports on cuopjit kernels (conv + BatchNorm + ReLU fused, residual adds and activations as one
-elementwise kernel, linear / matmul / softmax / layer_norm / pools) and leaves the rest to torch. The models
+node it supports on cuopjit kernels (conv + BatchNorm + ReLU fused, biases, residual adds and activations in the
+product's epilogue or one elementwise kernel, linear / matmul / softmax / layer_norm / pools) and leaves the rest
+to torch. The models
 run in eval mode under torch.no_grad(): the backend is for inference. `cuopjit.torch.explain` shows what ran
 where. Each model's output is compared with torch eager, and both are timed.
 """

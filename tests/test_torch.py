@@ -233,3 +233,21 @@ def test_ops_run_on_the_current_torch_stream():
     assert not done.query()
     s.synchronize()
     torch.testing.assert_close(y, torch.relu(x), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_a_weight_written_in_place_is_read_again():
+    """conv2d packs its weight once per set_weight: an in-place write (an optimizer step keeps data_ptr) must
+    still reach the next call (torch's _version), for conv2d and for linear."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(2, 8, 9, 9, device="cuda", generator=g, dtype=torch.float64)
+    w = torch.randn(16, 8, 3, 3, device="cuda", generator=g, dtype=torch.float64)
+    first = torch.ops.cuopjit.conv2d(x, w)
+    torch.testing.assert_close(first, torch.nn.functional.conv2d(x, w))
+    with torch.no_grad():
+        w.mul_(-2.0)
+    torch.testing.assert_close(torch.ops.cuopjit.conv2d(x, w), torch.nn.functional.conv2d(x, w))
+    a, lw = torch.randn(5, 8, device="cuda", dtype=torch.float64), torch.randn(3, 8, device="cuda", dtype=torch.float64)
+    torch.ops.cuopjit.linear(a, lw)
+    lw.add_(1.0)
+    torch.testing.assert_close(torch.ops.cuopjit.linear(a, lw), a @ lw.T)

@@ -20,7 +20,7 @@ ct = pytest.importorskip("cuopjit.torch")
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from cuopjit.expr import evaluate_program, parse_program  # noqa: E402
+from cuopjit.expr import evaluate, evaluate_program, parse_epilogue, parse_program  # noqa: E402
 from cuopjit.torch import backend, fusion, kernels, program  # noqa: E402
 from conftest import rel_error  # noqa: E402
 
@@ -142,9 +142,12 @@ def test_transformer_encoder_layer_is_written_out_in_primitives():
     assert any("_transformer_encoder_layer_fwd" in str(n.target) for n in gm.graph.nodes)
     p = fusion.plan(gm, ex, "cpu")
     assert any("TransformerEncoderLayer written out" in n for n in p.notes)
-    kinds = [k for k, _, _ in groups_of(p)]
+    groups = groups_of(p)
+    kinds = [k for k, _, _ in groups]
     assert kinds.count("linear") == 4 and kinds.count("matmul") == 2 and kinds.count("layer_norm") == 2
-    assert "softmax" in kinds and "elementwise" in kinds
+    assert "softmax" in kinds and "elementwise" not in kinds    # the residuals and the ReLU follow the linears
+    scores = next(text for k, _, text in groups if k == "matmul")
+    assert scores == f"out = (y * {1 / 8 ** 0.5!r})"           # the softmax scale: the scores' epilogue
     assert set(p.torch.values()) == {"a view: stays torch (no copy)"}
 
 
@@ -173,12 +176,34 @@ def test_compiling_on_cpu_with_an_unsupported_op_gives_eager_results():
 
 
 # --- the rewritten graph with reference operators (CPU) ------------------------------------------------------
+class _Epilogue:
+    """set_epilogue as the product operators take it: the expression evaluated in float64 (cuopjit.expr) over
+    acc and the operands, bound or passed to forward; a 1-D operand of a convolution is per channel."""
+    expr, bound, channels = None, {}, False
+
+    def set_epilogue(self, text, **bound):
+        self.expr, self.bound = parse_epilogue(text), bound
+        self.relu, self.b = False, None
+
+    def store(self, out, acc, operands):
+        if self.expr is None:
+            assert not operands
+            return out.copy_(acc)
+        env = {"acc": acc.double().numpy()}
+        for name, v in {**self.bound, **operands}.items():
+            v = v.double().numpy()
+            env[name] = v.reshape(-1, 1, 1) if self.channels and v.ndim == 1 else v
+        out.copy_(torch.from_numpy(evaluate(self.expr, env)))
+
+
 class _Ref:
     """Reference operators with cuopjit's constructors and forward signatures, on CPU tensors."""
 
-    class Conv:
+    class Conv(_Epilogue):
+        channels = True
+
         def __init__(self, cin, cout, kh, kw, sh, sw, dh, dw, groups, relu, ph, pw):
-            self.args, self.relu = ((sh, sw), (ph, pw), (dh, dw), groups), relu
+            self.args, self.relu, self.b = ((sh, sw), (ph, pw), (dh, dw), groups), relu, None
 
         def set_weight(self, w):
             self.w = w
@@ -186,23 +211,23 @@ class _Ref:
         def set_bias(self, b):
             self.b = b
 
-        def forward(self, x, y, stream=None):
+        def forward(self, x, y, stream=None, **operands):
             r = F.conv2d(x, self.w, self.b, *self.args)
-            y.copy_(r.relu() if self.relu else r)
+            self.store(y, r.relu() if self.relu else r, operands)
 
-    class Gemm:
+    class Gemm(_Epilogue):
         def __init__(self, trans_a, trans_b, alpha, beta):
             assert (trans_a, trans_b, alpha, beta) == (False, True, 1.0, 0.0)
 
         def set_weight(self, w):
             self.w = w
 
-        def forward(self, a, c, stream=None):
-            c.copy_(a @ self.w.T)
+        def forward(self, a, c, stream=None, **operands):
+            self.store(c, a @ self.w.T, operands)
 
-    class MatMul:
-        def forward(self, a, b, c, stream=None):
-            c.copy_(torch.matmul(a, b))
+    class MatMul(_Epilogue):
+        def forward(self, a, b, c, stream=None, **operands):
+            self.store(c, torch.matmul(a, b), operands)
 
     class Softmax:
         def forward(self, x, y, axis, stream=None):
@@ -345,8 +370,9 @@ def test_graph_with_an_unsupported_op_matches_and_cuda_graphs_replay():
 @pytest.mark.gpu
 def test_explain_lists_kernels_fusions_and_torch_nodes():
     model = Block().cuda().eval()
-    out = ct.explain(model, torch.randn(2, 8, 9, 9, device="cuda"))
+    out = ct.explain(model, torch.randn(2, 8, 9, 9, device="cuda"), tf32=False)
     text = str(out)
     assert "Convolution2DFloat(relu)" in text and "fusion: conv2d + batch_norm" in text
     assert out.on_torch == {"flatten": "a view: stays torch (no copy)"}
-    assert len(out.fusions) == 6
+    assert len(out.fusions) == 8   # 6 merges, and the residual join and the linear's bias as epilogues
+    assert "epilogue: 'relu(((acc + kb) + x0))' where the conv2d stores its output" in out.fusions

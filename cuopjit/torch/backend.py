@@ -33,12 +33,13 @@ from ..errors import CuopjitError
 from ..device import driver
 from . import report as reports
 from .fusion import CALLS, Plan, PlanError, plan
+from .common import raw_stream
 from .graphs import Replay
-from .kernels import Launch, build
+from .kernels import Kernel, Launch, build
+from .prebuild import build_all
 from .nodes import Call, describe, mutates, target_name
 
 OPTIONS = ("cuda_graphs", "tf32")
-_raw_stream = torch._C._cuda_getCurrentRawStream
 
 
 def training(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
@@ -70,9 +71,10 @@ def _tf32(options: dict[str, Any]) -> dict[str, bool]:
     return {"conv": bool(choice), "matmul": bool(choice)}
 
 
-def rewrite(p: Plan, launch: Launch, tf32: dict[str, bool], report: reports.Report) -> None:
-    """Replace each group's nodes by one call of its kernel (in place) and fill the report."""
+def rewrite(p: Plan, launch: Launch, tf32: dict[str, bool], report: reports.Report) -> list[Kernel]:
+    """Replace each group's nodes by one call of its kernel (in place), fill the report; the kernels."""
     gm, ctx = p.ctx.gm, p.ctx
+    kernels = []
     replaced: dict[fx.Node, fx.Node] = {}   # a group's output -> the call of its kernel (calls hold old nodes)
     for group in p.groups:
         try:
@@ -80,7 +82,10 @@ def rewrite(p: Plan, launch: Launch, tf32: dict[str, bool], report: reports.Repo
         except (CuopjitError, ValueError, TypeError) as exc:   # a setting the operator refuses: torch runs it
             p.torch.update((n, f"cuopjit refused it: {str(exc).splitlines()[0]}") for n in group.nodes)
             continue
+        kernels.append(kernel)
         report.kernels.append(reports.Kernel(kernel.name, tuple(n.name for n in group.nodes), tuple(group.fusions)))
+        if kernel.unfused:
+            report.notes.append(f"{kernel.name}: the program runs after the product: {kernel.unfused}")
         with gm.graph.inserting_before(group.output):
             call = gm.graph.call_function(kernel, tuple(replaced.get(n, n) for n in inputs))
         call.meta.update(group.output.meta)
@@ -93,6 +98,7 @@ def rewrite(p: Plan, launch: Launch, tf32: dict[str, bool], report: reports.Repo
     report.entries += [reports.Entry(n.name, target_name(n, ctx.modules), "torch", why) for n, why in p.torch.items()]
     gm.graph.lint()
     gm.recompile()
+    return kernels
 
 
 def _torch_only(gm: fx.GraphModule, report: reports.Report, why: str) -> Callable[..., Any]:
@@ -111,7 +117,7 @@ def _runner(gm: fx.GraphModule, launch: Launch, ordinal: int) -> Callable[..., A
     def run(*args: Any) -> Any:
         if current() != ordinal:
             set_device(ordinal)
-        launch.stream = _raw_stream(ordinal)
+        launch.stream = raw_stream(ordinal)
         return forward(*args)
     return run
 
@@ -138,7 +144,9 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: di
         return _torch_only(gm, report, str(exc))
     report.notes += p.notes
     launch = Launch()
-    rewrite(p, launch, _tf32(options), report)
+    kernels = rewrite(p, launch, _tf32(options), report)
+    built = build_all([sample for k in kernels for sample in k.samples])
+    report.notes.append(f"{built} kernels built (or found in the cache) in parallel before the first call")
     run = _runner(gm, launch, ordinal)
     if not options.get("cuda_graphs"):
         return run

@@ -26,6 +26,15 @@ _constants: dict[tuple, torch.Tensor] = {}
 _held: dict[tuple[int, str], tuple] = {}
 
 
+def _no_cuda(device: int) -> int:
+    raise RuntimeError("cuopjit.torch: this torch was built without CUDA; install a CUDA build of torch")
+
+
+# torch's current stream on a device as a raw handle, no Stream object made (CPU-only builds of torch lack it:
+# no CUDA tensor reaches a launch there)
+raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _no_cuda)
+
+
 @dataclass(frozen=True)
 class TorchOp:
     """One custom op: its schema (after the name), its output shape, and its launch (out, stream, *args).
@@ -52,10 +61,11 @@ def view(t: torch.Tensor, shape: Sequence[int] | None = None) -> Tensor:
 
 
 def hold(op: Any, setter: str, t: torch.Tensor | None) -> None:
-    """`op.<setter>(t)` unless `op` already holds this tensor's memory with this shape and dtype (call under
-    `lock`). The operator keeps `t` alive while it holds it."""
+    """`op.<setter>(t)` unless `op` already holds this tensor's memory with this shape, dtype and contents
+    (torch's `_version` counts in-place writes: an optimizer step on the weight sets it again, so a
+    Convolution2D re-packs it) (call under `lock`). The operator keeps `t` alive while it holds it."""
     key = (id(op), setter)
-    seen = None if t is None else (t.data_ptr(), t.shape, t.dtype)
+    seen = None if t is None else (t.data_ptr(), t.shape, t.dtype, t._version)
     if _held.get(key, ()) != seen:
         getattr(op, setter)(t)
         _held[key] = seen

@@ -22,8 +22,8 @@ from .nodes import Call, describe
 
 
 def attention(q: Any, k: Any, v: Any, scale: float) -> Any:
-    """softmax(q kᵀ · scale) v over the last two axes."""
-    scores = torch.matmul(q * scale, k.transpose(-2, -1))
+    """softmax(q kᵀ · scale) v over the last two axes (the scale after the product: its epilogue)."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
     return torch.matmul(F.softmax(scores, -1), v)
 
 

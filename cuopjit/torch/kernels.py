@@ -1,26 +1,34 @@
-"""A planned group as a callable on torch CUDA tensors: its head kernel, then its elementwise program.
+"""A planned group as a callable on torch CUDA tensors: its head kernel (with the tail as its epilogue where
+epilogues.fit allows), else the head and then its elementwise program.
 
 `build(group, ctx, launch, tf32)` gives a `Kernel` and the FX nodes it takes at run time. Each
 kernel owns its cuopjit operators (one per group: their plan memos make every later call warm),
 holds its weights from compile time (a conv's with any BatchNorm folded in, in float64 through
 cuopjit.fold_batchnorm, then rounded once) and writes into outputs it allocates with torch.empty
 (the shapes are static, known from the graph's fake values), so torch's caching allocator and CUDA
-graph pools serve them. Operands that are not contiguous are made so (a torch copy); every launch
-goes to `launch.stream`, the stream the graph runs on. float32 products run on tensor cores (TF32)
-when `tf32` allows it, as torch's own flags do for cuBLAS / cuDNN.
+graph pools serve them. Layouts follow torch eager: an output is allocated in the memory format the
+graph's fake value has (channels_last after a channels_last conv), operands are passed as they lie
+(contiguous, channels_last, transposed), and where an operator refuses a layout (layouts.Operands) the
+kernel copies to contiguous from then on. Every launch goes to `launch.stream`, the stream the graph
+runs on. float32 products run on tensor cores (TF32) when `tf32` allows it, as torch's own flags do
+for cuBLAS / cuDNN.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
+import numpy as np
 import torch
 import torch.fx as fx
 
-from ..config import JITConfig
+from ..config import DEFAULT as DEFAULT_SETTINGS, JITConfig
 from ..jit import JITBatchMatMulFloat, JITConvolution2DFloat, JITGemmFloat, JITMatMulFloat
 from ..ops import FAMILIES
+from . import epilogues, layouts
+from .common import NP
 from .fusion import Group
+from .prebuild import Sample, settings_of
 from .program import HEAD, Program, batchnorm_scale_shift, render
 from .support import Context, pair
 
@@ -29,6 +37,7 @@ _WRAPPERS = {"conv2d": JITConvolution2DFloat, "gemm": JITGemmFloat, "matmul": JI
 INPUTS = {"conv2d": ("input",), "linear": ("input",), "matmul": ("input", "other"), "bmm": ("input", "mat2"),
           "baddbmm": ("batch1", "batch2"), "softmax": ("input",), "layer_norm": ("input",),
           "max_pool2d": ("input",), "avg_pool2d": ("input",), "adaptive_avg_pool2d": ("input",)}
+TENSOR_CORES = frozenset({"conv2d", "linear", "matmul", "bmm", "baddbmm"})   # the products (TF32 flag: conv / matmul)
 
 
 class Launch:
@@ -37,10 +46,6 @@ class Launch:
 
     def __init__(self) -> None:
         self.stream = 0
-
-
-def _contiguous(x: torch.Tensor) -> torch.Tensor:
-    return x if x.is_contiguous() else x.contiguous()
 
 
 def _make(family: str, dtype: torch.dtype, *settings: Any, tensor_cores: bool = False) -> tuple[Any, Any]:
@@ -55,6 +60,15 @@ def _make(family: str, dtype: torch.dtype, *settings: Any, tensor_cores: bool = 
     return op, op
 
 
+def _array(shape: tuple[int, ...], dtype: torch.dtype) -> np.ndarray:
+    """A stand-in operand for planning: NumPy's empty array of that shape (never touched, so never paged in)."""
+    return np.empty(shape, NP[dtype])
+
+
+def _nhwc(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (shape[0], shape[2], shape[3], shape[1]) if len(shape) == 4 else shape
+
+
 class Head:
     """One head op: `__call__(*tensors)` allocates the output and launches."""
 
@@ -62,9 +76,34 @@ class Head:
         head = group.head
         out = ctx.val(head.node)
         self.shape, self.dtype, self.device = tuple(out.shape), out.dtype, out.device
+        self.format = layouts.output_format(ctx.val(group.output))
         self.launch, self.kwargs, self.view = launch, {}, None
         self.keep: list[torch.Tensor] = []   # weights the operators read
+        self.conv_bias: torch.Tensor | None = None
+        self.trial = layouts.Trial()
+        self.epilogue: epilogues.Epilogue | str = "no product"
+        self.tensor_cores = False   # a float32 product on tensor cores (TF32)
         self.name = getattr(self, "_" + head.op)(group, ctx, head.args, tf32)
+        self.op_fuses = head.op in TENSOR_CORES
+        if self.op_fuses:
+            self._fuse(group, ctx, self.tensor_cores)
+
+    def _fuse(self, group: Group, ctx: Context, tensor_cores: bool) -> None:
+        """The tail as this product's epilogue, where epilogues.fit allows (else it stays a program)."""
+        self.epilogue = epilogues.fit(group, ctx, tensor_cores, self.conv_bias)
+        if isinstance(self.epilogue, str):
+            return
+        try:
+            self.op.set_epilogue(self.epilogue.text, **self.epilogue.bound)
+        except (ValueError, TypeError) as exc:   # the operator refuses it: the program runs after the product
+            self.epilogue = str(exc).splitlines()[0]
+            return
+        self.keep += list(self.epilogue.bound.values())
+        self.name = f"{self.name.split('(')[0]}(epilogue {self.epilogue.text!r})"
+
+    def _tf32(self, tf32: dict[str, bool]) -> bool:
+        self.tensor_cores = self.dtype == torch.float32 and tf32["matmul"]
+        return self.tensor_cores
 
     def _conv2d(self, group: Group, ctx: Context, a: dict, tf32: dict[str, bool]) -> str:
         w = ctx.constant(a["weight"]).detach()
@@ -76,37 +115,40 @@ class Head:
         w, b = w.to(self.dtype).contiguous(), None if b is None else b.to(self.dtype).contiguous()
         (sh, sw), (ph, pw), (dh, dw) = (pair(a[k]) for k in ("stride", "padding", "dilation"))
         o, cg, kh, kw = w.shape
-        self.run, op = _make("conv2d", self.dtype, cg * a["groups"], o, kh, kw, sh, sw, dh, dw, a["groups"],
-                             group.relu, ph, pw, tensor_cores=tf32["conv"])
-        op.set_weight(w)
-        op.set_bias(b)
+        # grouped (depthwise) convolutions have a few channels per group: too narrow a product for tensor cores
+        self.tensor_cores = self.dtype == torch.float32 and tf32["conv"] and a["groups"] == 1
+        self.run, self.op = _make("conv2d", self.dtype, cg * a["groups"], o, kh, kw, sh, sw, dh, dw, a["groups"],
+                                  group.relu, ph, pw, tensor_cores=self.tensor_cores)
+        self.op.set_weight(w)
+        self.op.set_bias(b)
         self.keep += [w, b]
-        return type(op).__name__ + ('(relu)' if group.relu else '')
+        self.conv_bias = b
+        return type(self.op).__name__ + ('(relu)' if group.relu else '')
 
     def _linear(self, group: Group, ctx: Context, a: dict, tf32: dict[str, bool]) -> str:
         w = ctx.constant(a["weight"]).detach().contiguous()
         n, k = w.shape
         rows = math.prod(self.shape[:-1])
         self.view = ((rows, k), (rows, n))
-        self.run, op = _make("gemm", self.dtype, False, True, 1.0, 0.0, tensor_cores=tf32["matmul"])
-        op.set_weight(w)
+        self.run, self.op = _make("gemm", self.dtype, False, True, 1.0, 0.0, tensor_cores=self._tf32(tf32))
+        self.op.set_weight(w)
         self.keep.append(w)
-        return f"{type(op).__name__}(x @ Wᵀ)"
+        return f"{type(self.op).__name__}(x @ Wᵀ)"
 
     def _matmul(self, group: Group, ctx: Context, a: dict, tf32: dict[str, bool]) -> str:
-        self.run, op = _make("matmul", self.dtype, tensor_cores=tf32["matmul"])
-        return type(op).__name__
+        self.run, self.op = _make("matmul", self.dtype, tensor_cores=self._tf32(tf32))
+        return type(self.op).__name__
 
     def _bmm(self, group: Group, ctx: Context, a: dict, tf32: dict[str, bool]) -> str:
-        self.run, op = _make("batchmatmul", self.dtype, tensor_cores=tf32["matmul"])
-        return type(op).__name__
+        self.run, self.op = _make("batchmatmul", self.dtype, tensor_cores=self._tf32(tf32))
+        return type(self.op).__name__
 
     _baddbmm = _bmm
 
     def _softmax(self, group: Group, ctx: Context, a: dict, tf32: dict[str, bool]) -> str:
-        self.run, op = _make("softmax", self.dtype)
+        self.run, self.op = _make("softmax", self.dtype)
         self.kwargs = {"axis": a["dim"]}
-        return type(op).__name__
+        return type(self.op).__name__
 
     def _layer_norm(self, group: Group, ctx: Context, a: dict, tf32: dict[str, bool]) -> str:
         shape = tuple(a["normalized_shape"]) if isinstance(a["normalized_shape"], (list, tuple)) \
@@ -114,17 +156,17 @@ class Head:
         gamma, beta = (ctx.constant(a[k]) for k in ("weight", "bias"))
         gamma = torch.ones(shape, dtype=self.dtype, device=self.device) if gamma is None else gamma.detach()
         beta = torch.zeros(shape, dtype=self.dtype, device=self.device) if beta is None else beta.detach()
-        self.run, op = _make("layernorm", self.dtype, a["eps"])
-        op.set_gamma(gamma.contiguous())
-        op.set_beta(beta.contiguous())
+        self.run, self.op = _make("layernorm", self.dtype, a["eps"])
+        self.op.set_gamma(gamma.contiguous())
+        self.op.set_beta(beta.contiguous())
         self.keep += [gamma, beta]
-        return type(op).__name__
+        return type(self.op).__name__
 
     def _window(self, family: str, a: dict) -> str:
         (kh, kw), (ph, pw) = pair(a["kernel_size"]), pair(a["padding"])
         sh, sw = (kh, kw) if a["stride"] in (None, [], ()) else pair(a["stride"])
-        self.run, op = _make(family, self.dtype, kh, kw, sh, sw, ph, pw)
-        return f"{type(op).__name__}({kh}x{kw}/{sh})"
+        self.run, self.op = _make(family, self.dtype, kh, kw, sh, sw, ph, pw)
+        return f"{type(self.op).__name__}({kh}x{kw}/{sh})"
 
     def _max_pool2d(self, group: Group, ctx: Context, a: dict, tf32: dict[str, bool]) -> str:
         return self._window("maxpool2d", a)
@@ -136,22 +178,44 @@ class Head:
         h, w = ctx.val(a["input"]).shape[2:]
         oh, ow = self.shape[2:]
         if (oh, ow) == (1, 1):
-            self.run, op = _make("globalavgpool2d", self.dtype)
-            return type(op).__name__
+            self.run, self.op = _make("globalavgpool2d", self.dtype)
+            return type(self.op).__name__
         return self._window("avgpool2d", {"kernel_size": (h // oh, w // ow), "stride": None, "padding": 0})
 
-    def __call__(self, *xs: torch.Tensor) -> torch.Tensor:
-        y = torch.empty(self.shape, dtype=self.dtype, device=self.device)
-        xs = [_contiguous(x) for x in xs]
-        if self.view is not None:
-            self.run.forward(xs[0].view(self.view[0]), y.view(self.view[1]), stream=self.launch.stream)
+    def sample(self, inputs: list[tuple[int, ...]], runtime: list[tuple[int, ...]]) -> Sample:
+        """This head's forward on contiguous operands of the graph's shapes (prebuild): `inputs` the head's,
+        `runtime` its epilogue's run-time operands'."""
+        args = self.view if self.view is not None else (*inputs, self.shape)
+        kwargs = dict(self.kwargs)
+        if not isinstance(self.epilogue, str):
+            kwargs.update((name, _array(shape or given, self.dtype))
+                          for (name, shape), given in zip(self.epilogue.shapes.items(), runtime))
+        return Sample(self.op, settings_of(self.run, self.op), tuple(args), kwargs)
+
+    def _launch(self, xs: tuple, operands: dict, fmt: torch.memory_format) -> torch.Tensor:
+        y = torch.empty(self.shape, dtype=self.dtype, device=self.device, memory_format=fmt)
+        if self.view is not None:   # a linear: x [..., k] @ Wᵀ as the GEMM [rows, k] @ Wᵀ -> [rows, n]
+            x = xs[0] if xs[0].dim() == 2 else xs[0].reshape(self.view[0])
+            self.run.forward(x, y.view(self.view[1]), stream=self.launch.stream, **operands)
         else:
-            self.run.forward(*xs, y, stream=self.launch.stream, **self.kwargs)
+            self.run.forward(*xs, y, stream=self.launch.stream, **self.kwargs, **operands)
         return y
+
+    def __call__(self, *xs: torch.Tensor) -> torch.Tensor:
+        """The head on its inputs; with an epilogue, its run-time operands follow them (in Epilogue.runtime's
+        order)."""
+        operands = {}
+        if not isinstance(self.epilogue, str):
+            n = len(xs) - len(self.epilogue.runtime)
+            xs, rest = xs[:n], xs[n:]
+            shapes = self.epilogue.shapes
+            operands = {name: epilogues.operand(x, shapes[name]) for name, x in zip(self.epilogue.runtime, rest)}
+        return self.trial.run(self._launch, xs, operands, self.format)
 
 
 class Tail:
-    """The group's elementwise program: `__call__(y, *runtime)` (y: the head's output or None)."""
+    """The group's elementwise program: `__call__(y, *runtime)` (y: the head's output or None). Over
+    channels_last operands it runs on their (N, H, W, C) storage (layouts.nhwc)."""
 
     def __init__(self, program: Program, group: Group, ctx: Context, launch: Launch):
         out = ctx.val(group.output)
@@ -159,17 +223,40 @@ class Tail:
         self.op = FAMILIES["elementwise"][0 if out.dtype == torch.float32 else 1](program.text)
         self.names = [n for n, _ in program.runtime]
         self.constants = {n: t.contiguous() for n, t in program.constants.items()}
+        self.nhwc = None
+        if layouts.output_format(out) == layouts.CHANNELS_LAST:
+            self.nhwc = {n: layouts.nhwc_constant(t) for n, t in program.constants.items()}
         head = ctx.val(group.head_out) if group.head is not None else None
-        self.in_place = HEAD in program.operands and tuple(head.shape) == self.shape
+        self.head_shape = tuple(head.shape) if HEAD in program.operands else None
+        self.in_place = self.head_shape == self.shape
         self.launch = launch
         self.name = f"{type(self.op).__name__}({program.text!r})"
 
+    def sample(self, runtime: list[tuple[int, ...]], laid: bool) -> Sample:
+        """The program's forward on the graph's shapes (`laid`: its channels_last form), for prebuild."""
+        shapes = dict(zip(self.names, runtime))
+        if self.head_shape is not None:
+            shapes[HEAD] = self.head_shape
+        constants = self.nhwc if laid else self.constants
+        out = self.shape
+        if laid:
+            out, shapes = _nhwc(out), {n: _nhwc(v) for n, v in shapes.items()}
+        kwargs = {n: _array(tuple(t.shape), self.dtype) for n, t in constants.items()}
+        kwargs.update((n, _array(v, self.dtype)) for n, v in shapes.items())
+        return Sample(self.op, DEFAULT_SETTINGS, (), {**kwargs, "out": _array(out, self.dtype)})
+
     def __call__(self, y: torch.Tensor | None, *xs: torch.Tensor) -> torch.Tensor:
-        operands = dict(self.constants)
-        operands.update(zip(self.names, map(_contiguous, xs)))
+        runtime = dict(zip(self.names, xs))
         if y is not None:
-            operands[HEAD] = y
-        out = y if self.in_place else torch.empty(self.shape, dtype=self.dtype, device=self.device)
+            runtime[HEAD] = y
+        if self.nhwc is not None and all(layouts.is_channels_last(x, self.shape) for x in runtime.values()):
+            out = y if self.in_place else torch.empty(self.shape, dtype=self.dtype, device=self.device,
+                                                      memory_format=layouts.CHANNELS_LAST)
+            operands = {**self.nhwc, **{n: layouts.nhwc(x) for n, x in runtime.items()}}
+            self.op.forward(stream=self.launch.stream, out=layouts.nhwc(out), **operands)
+            return out
+        operands = {**self.constants, **{n: layouts.contiguous(x) for n, x in runtime.items()}}
+        out = operands[HEAD] if self.in_place else torch.empty(self.shape, dtype=self.dtype, device=self.device)
         self.op.forward(stream=self.launch.stream, out=out, **operands)
         return out
 
@@ -181,6 +268,9 @@ class Kernel:
         self.__name__ = f"cuopjit_{kind}"   # how the compiled graph's code names it
         self.head, self.n, self.tail = head, n, tail
         self.name = " + ".join(k.name for k in (head, tail) if k is not None)
+        self.samples: list[Sample] = []   # the operators' forwards on the graph's shapes (prebuild)
+        # why a product's program was not made its epilogue (the report's note), None where it was or none ran
+        self.unfused = head.epilogue if head is not None and tail is not None and head.op_fuses else None
 
     def __call__(self, *args: torch.Tensor) -> torch.Tensor:
         y = self.head(*args[:self.n]) if self.head is not None else None
@@ -188,15 +278,30 @@ class Kernel:
 
 
 def build(group: Group, ctx: Context, launch: Launch, tf32: dict[str, bool]) -> tuple[Kernel, list[fx.Node]]:
-    """The group's kernel and the values it takes (FX nodes), in its argument order."""
-    head, inputs = None, []
+    """The group's kernel and the values it takes (FX nodes), in its argument order; the kernel's `samples`
+    are its operators' forwards for prebuild."""
+    head, inputs, samples = None, [], []
+    shape = lambda node: tuple(ctx.val(node).shape)   # noqa: E731
     if group.head is not None:
         head = Head(group, ctx, launch, tf32)
         inputs = [group.head.args[k] for k in INPUTS[group.head.op]]
+        if not isinstance(head.epilogue, str):
+            group.fusions.append(f"epilogue: {head.epilogue.text!r} where the {group.head.op} stores its output")
+            runtime = list(head.epilogue.runtime.values())
+            kernel = Kernel(group.kind, head, len(inputs) + len(runtime), None)
+            kernel.samples = [head.sample([shape(n) for n in inputs], [shape(n) for n in runtime])]
+            return kernel, inputs + runtime
+        samples.append(head.sample([shape(n) for n in inputs], []))
     program = render(group, ctx)
     tail = None
     n = len(inputs)
     if program is not None:
         tail = Tail(program, group, ctx, launch)
-        inputs += [node for _, node in program.runtime]
-    return Kernel(group.kind, head, n, tail), inputs
+        runtime = [node for _, node in program.runtime]
+        laid = tail.nhwc is not None and all(layouts.output_format(ctx.val(v)) == layouts.CHANNELS_LAST
+                                             for v in runtime + ([group.head_out] if tail.head_shape else []))
+        samples.append(tail.sample([shape(v) for v in runtime], laid))
+        inputs += runtime
+    kernel = Kernel(group.kind, head, n, tail)
+    kernel.samples = samples
+    return kernel, inputs

@@ -16,10 +16,9 @@ import numpy as np
 import torch
 
 from ..device import driver
-from .common import NP, TorchOp, constant, hold, instance, lock, view
+from .common import NP, TorchOp, constant, hold, instance, lock, raw_stream, view
 from .ops_products import PRODUCTS
 
-_raw_stream = torch._C._cuda_getCurrentRawStream   # torch's current stream as a handle, no Stream object made
 
 
 # --- output shapes (the fake implementations) --------------------------------------------------------------
@@ -138,20 +137,22 @@ def _check(name: str, x: torch.Tensor) -> None:
 def _impl(name: str, op: TorchOp) -> Callable:
     """The CUDA kernel of cuopjit::<name>: torch passes the arguments positionally, trailing defaults left out
     (the launches' own defaults are the schema's)."""
-    shape, run, Tensor = op.shape, op.run, torch.Tensor
+    shape, run, Tensor, empty_like = op.shape, op.run, torch.Tensor, torch.empty_like
 
     def impl(*args: Any, **kwargs: Any) -> torch.Tensor:
-        args = [a.contiguous() if isinstance(a, Tensor) else a for a in args]
+        args = [a.contiguous() if isinstance(a, Tensor) and not a.is_contiguous() else a for a in args]
         if kwargs:
-            kwargs = {k: v.contiguous() if isinstance(v, Tensor) else v for k, v in kwargs.items()}
+            kwargs = {k: v.contiguous() if isinstance(v, Tensor) and not v.is_contiguous() else v
+                      for k, v in kwargs.items()}
         x = args[0]
         if x.dtype not in NP:
             _check(name, x)
         ordinal = x.get_device()
         if driver.current_ordinal() != ordinal:
             driver.set_device(ordinal)
-        out = x.new_empty(shape(*args, **kwargs))
-        run(out, _raw_stream(ordinal), *args, **kwargs)
+        size = shape(*args, **kwargs)
+        out = empty_like(x) if size is x.shape else x.new_empty(size)   # empty_like: the cheaper call
+        run(out, raw_stream(ordinal), *args, **kwargs)
         return out
     return impl
 

@@ -37,6 +37,7 @@ SIGNATURES = {name: _sig(text) for name, text in {
     "batch_norm": "input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5",
     "relu": "input, inplace=False", "silu": "input, inplace=False", "gelu": "input, approximate='none'",
     "sigmoid": "input", "tanh": "input", "neg": "input",
+    "hardtanh": "input, min_val=-1.0, max_val=1.0, inplace=False", "relu6": "input, inplace=False",
     "add": "input, other, alpha=1", "sub": "input, other, alpha=1", "mul": "input, other",
     "div": "input, other, rounding_mode=None",
     "linear": "input, weight, bias=None", "matmul": "input, other", "bmm": "input, mat2",
@@ -53,7 +54,8 @@ SIGNATURES = {name: _sig(text) for name, text in {
                      "ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None, mask_type=None",
     "sdpa": "query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False",
 }.items()}
-ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "neg", "relu", "gelu", "silu", "sigmoid", "tanh", "batch_norm"})
+ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "neg", "relu", "gelu", "silu", "sigmoid", "tanh", "hardtanh",
+                         "batch_norm"})
 
 # target -> (op, signature, in place)
 FUNCTIONS: dict[Any, tuple[str, str, bool]] = {
@@ -62,6 +64,8 @@ FUNCTIONS: dict[Any, tuple[str, str, bool]] = {
     F.relu_: ("relu", "relu", True), F.gelu: ("gelu", "gelu", False), F.silu: ("silu", "silu", False),
     torch.sigmoid: ("sigmoid", "sigmoid", False), F.sigmoid: ("sigmoid", "sigmoid", False),
     torch.tanh: ("tanh", "tanh", False), F.tanh: ("tanh", "tanh", False),
+    F.hardtanh: ("hardtanh", "hardtanh", False), F.hardtanh_: ("hardtanh", "hardtanh", True),
+    F.relu6: ("hardtanh", "relu6", False),
     torch.neg: ("neg", "neg", False), operator.neg: ("neg", "neg", False),
     operator.add: ("add", "add", False), torch.add: ("add", "add", False), operator.iadd: ("add", "add", True),
     operator.sub: ("sub", "sub", False), torch.sub: ("sub", "sub", False), operator.isub: ("sub", "sub", True),
@@ -135,6 +139,7 @@ MODULES: dict[type, Callable[[Any, Any], tuple[str, dict] | str]] = {
     nn.GELU: lambda m, x: ("gelu", dict(input=x, approximate=m.approximate)),
     nn.SiLU: lambda m, x: ("silu", dict(input=x, inplace=m.inplace)),
     nn.Sigmoid: lambda m, x: ("sigmoid", dict(input=x)), nn.Tanh: lambda m, x: ("tanh", dict(input=x)),
+    nn.Hardtanh: lambda m, x: ("hardtanh", dict(input=x, min_val=m.min_val, max_val=m.max_val, inplace=m.inplace)),
     nn.Linear: lambda m, x: ("linear", dict(input=x, weight=m.weight, bias=m.bias)),
     nn.Softmax: lambda m, x: ("softmax", dict(input=x, dim=m.dim, dtype=None)),
     nn.LayerNorm: lambda m, x: ("layer_norm", dict(input=x, normalized_shape=tuple(m.normalized_shape),
@@ -189,6 +194,8 @@ def describe(node: fx.Node, modules: Mapping[str, Any]) -> Call | str:
     args = bind(signature, node.args, node.kwargs)
     if args is None:
         return f"{name} with arguments cuopjit does not read ({', '.join(node.kwargs) or len(node.args)})"
+    if signature == "relu6":
+        args.update(min_val=0.0, max_val=6.0)
     return Call(op, node, args, inplace or bool(args.pop("inplace", False)))
 
 

@@ -1,7 +1,7 @@
 """The product ops: cuopjit::gemm, linear, matmul, bmm, gemv and conv2d (schemas, output shapes, launches).
 
     linear(x, weight, bias=None)       x @ weightᵀ + bias over x's last axis, as F.linear: a GEMM with
-                                       B transposed (with a bias: the output starts as the bias rows, beta=1)
+                                       B transposed (with a bias: its epilogue acc + bias, one launch)
     matmul(a, b)                       torch.matmul / NumPy rules (1-D operands, broadcast batches)
     bmm(a, b)                          [b, m, k] @ [b, k, n], as torch.bmm
     gemv(a, x, trans=False)            a @ x (aᵀ @ x), as torch.mv
@@ -16,6 +16,9 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import torch
+
+from ..ops import FAMILIES
 from .common import TorchOp, hold, instance, lock, pair, view
 
 
@@ -34,15 +37,33 @@ def _linear_shape(x, weight, bias=None):
     return (*x.shape[:-1], weight.shape[0])
 
 
+def _biased(dtype) -> object:
+    """The GEMM x @ Wᵀ with the epilogue acc + bias, the bias passed per call (one launch, as F.linear)."""
+    key = ("gemm", dtype, "bias")
+    op = _with_bias.get(key)
+    if op is None:
+        op = FAMILIES["gemm"][0 if dtype == torch.float32 else 1](False, True)
+        op.set_epilogue("acc + bias")
+        op = _with_bias.setdefault(key, op)
+    return op
+
+
+_with_bias: dict = {}
+
+
 def _linear(out, s, x, weight, bias=None):
     k, n = x.shape[-1], weight.shape[0]
     rows = math.prod(x.shape[:-1])
-    if bias is not None:
-        out.copy_(bias)                       # broadcast over the rows
-    op = instance("gemm", x.dtype, False, True, 1.0, 0.0 if bias is None else 1.0)
+    if bias is None:
+        op = instance("gemm", x.dtype, False, True, 1.0, 0.0)
+        with lock:
+            hold(op, "set_weight", weight)
+            op.forward(view(x, (rows, k)), view(out, (rows, n)), stream=s)
+        return
+    op = _biased(x.dtype)
     with lock:
         hold(op, "set_weight", weight)
-        op.forward(view(x, (rows, k)), view(out, (rows, n)), stream=s)
+        op.forward(view(x, (rows, k)), view(out, (rows, n)), stream=s, bias=view(bias))
 
 
 def _broadcast(x: Sequence[int], y: Sequence[int]) -> tuple:

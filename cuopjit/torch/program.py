@@ -81,6 +81,8 @@ def _expression(call: Call, arg: Callable[[Any], str], ctx: Context, constant: C
     op = call.op
     if op in _UNARY:
         return _UNARY[op].format(arg(a["input"]))
+    if op == "hardtanh":
+        return f"clamp({arg(a['input'])}, {number(a['min_val'])}, {number(a['max_val'])})"
     if op == "gelu":
         return f"{'gelu_tanh' if a['approximate'] == 'tanh' else 'gelu'}({arg(a['input'])})"
     if op in ("add", "sub"):
@@ -94,21 +96,25 @@ def _expression(call: Call, arg: Callable[[Any], str], ctx: Context, constant: C
     raise ValueError(f"cuopjit.torch: no elementwise form of {op}; add it to program._expression")
 
 
-def finish(head: Call, arg: Callable[[Any], str], constant: Callable[[torch.Tensor], str],
+def finish(head: Call, product: str, arg: Callable[[Any], str], constant: Callable[[torch.Tensor], str],
            ctx: Context) -> str | None:
-    """The elementwise part of a head op over its product HEAD (a linear's bias, baddbmm's beta/alpha)."""
+    """The elementwise part of a head op over its `product` (a linear's bias, baddbmm's beta/alpha)."""
     a = head.args
     if head.op == "linear" and a["bias"] is not None:
-        return f"({HEAD} + {constant(ctx.constant(a['bias']))})"
+        return f"({product} + {constant(ctx.constant(a['bias']))})"
     if head.op == "baddbmm":
-        product = _scaled(a["alpha"], HEAD)
-        return product if a["beta"] == 0 else f"({_scaled(a['beta'], arg(a['input']))} + {product})"
+        scaled = _scaled(a["alpha"], product)
+        return scaled if a["beta"] == 0 else f"({_scaled(a['beta'], arg(a['input']))} + {scaled})"
     return None
 
 
-def render(group: Group, ctx: Context) -> Program | None:
-    """The group's program, or None when the head's output is the group's output as it is."""
-    operands: dict[str, Any] = {}
+def render(group: Group, ctx: Context, product: str | None = None,
+           extra: dict[str, torch.Tensor] | None = None) -> Program | None:
+    """The group's program, or None when the head's output is the group's output as it is.
+
+    The head's output is the operand HEAD; with `product` (an epilogue: "acc", or a conv's "relu((acc + kb))")
+    it is that text instead, and `extra` are constants the text names (bound with the others)."""
+    operands: dict[str, Any] = dict(extra or {})
     texts: dict[fx.Node, str] = {}
     names: dict[int, str] = {}
 
@@ -116,6 +122,8 @@ def render(group: Group, ctx: Context) -> Program | None:
         name = names.get(id(t))
         if name is None:
             name = names[id(t)] = f"k{sum(isinstance(v, torch.Tensor) for v in operands.values())}"
+            while name in operands:
+                name += "_"
             operands[name] = t
         return name
 
@@ -127,6 +135,8 @@ def render(group: Group, ctx: Context) -> Program | None:
         if v in texts:
             return texts[v]
         if v is group.head_out:
+            if product is not None:
+                return product
             operands[HEAD] = HEAD
             return HEAD
         name = names.get(id(v))
@@ -136,7 +146,7 @@ def render(group: Group, ctx: Context) -> Program | None:
         return name
 
     if group.head is not None:
-        done = finish(group.head, arg, constant, ctx)
+        done = finish(group.head, HEAD if product is None else product, arg, constant, ctx)
         if done is not None:
             texts[group.head_out] = done
     for call in group.tail:

@@ -174,6 +174,8 @@ def _elementwise(call: Call, ctx: Context) -> str | None:
             return f"{call.op} of {type(v).__name__} (cuopjit takes tensors and finite numbers)"
     if not _number(a.get("alpha", 1)) or a.get("rounding_mode") is not None:
         return f"{call.op} with alpha or rounding_mode"
+    if call.op == "hardtanh" and not (_number(a["min_val"]) and _number(a["max_val"]) and a["min_val"] <= a["max_val"]):
+        return "hardtanh with bounds that are not numbers in order"
     if call.op == "gelu" and a["approximate"] not in ("none", "tanh"):
         return f"gelu(approximate={a['approximate']!r})"
     if call.op == "batch_norm":

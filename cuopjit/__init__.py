@@ -12,6 +12,8 @@ from .jit import (JITBatchMatMulDouble, JITBatchMatMulFloat, JITBatchNormDouble,
                   JITReluDouble, JITReluFloat, JITSoftmaxDouble, JITSoftmaxFloat, JITSymmDouble, JITSymmFloat,
                   JITTrsmDouble, JITTrsmFloat, JITWrapper)
 from .jit import JITElementwiseDouble, JITElementwiseFloat
+from .jit import JITLayerNormBFloat16, JITLayerNormHalf, JITSoftmaxBFloat16, JITSoftmaxHalf
+from .ops import LayerNormBFloat16, LayerNormHalf, SoftmaxBFloat16, SoftmaxHalf
 from .ops import ElementwiseDouble, ElementwiseFloat, fold_batchnorm
 from .device.memory import empty_cache, memory_context, memory_stats, reset_peak_memory_stats, set_memory_fraction
 from .explain import explain
@@ -29,14 +31,16 @@ from .device.streams import Stream, use as stream
 from .cli.info import print_system_info
 from .device.driver import current_device as get_device, device_count as get_device_count
 from .device.driver import memory_info as get_memory_info, set_device
-from .tensor import (Tensor, TensorDouble, TensorFloat, empty, eye, from_dlpack, linspace, logspace, meshgrid, ones,
-                     random, tensor, zeros)
+from .tensor import Tensor, TensorBFloat16, TensorDouble, TensorFloat, TensorHalf, empty, from_dlpack, ones, zeros
+from .creation import eye, linspace, logspace, meshgrid, random, tensor
+from .layout import CHANNELS_LAST, CONTIGUOUS, TRANSPOSED
+from .ops.layouts import channels_last, contiguous
 
 __all__ = [
     "__version__", "JITConfig", "GlobalJITConfig", "get_default_jit_config", "get_default_global_jit_config",
     "CompileError", "CuopjitError", "ExecutionError", "MemoryError", "NoDeviceError",
-    "Tensor", "TensorFloat", "TensorDouble", "tensor", "from_dlpack", "zeros", "ones", "empty", "random", "eye",
-    "linspace", "logspace", "meshgrid",
+    "Tensor", "TensorFloat", "TensorDouble", "TensorHalf", "TensorBFloat16", "tensor", "from_dlpack", "zeros", "ones", "empty", "random", "eye",
+    "linspace", "logspace", "meshgrid", "CONTIGUOUS", "CHANNELS_LAST", "TRANSPOSED", "contiguous", "channels_last",
     "get_device_count", "get_device", "set_device", "synchronize", "get_memory_info", "print_system_info",
     "empty_cache", "memory_context", "memory_stats", "reset_peak_memory_stats", "set_memory_fraction", "explain",
     "show",
@@ -54,6 +58,8 @@ __all__ = [
     "SoftmaxFloat", "SoftmaxDouble", "LayerNormFloat", "LayerNormDouble", "BatchNormFloat", "BatchNormDouble",
     "JITSoftmaxFloat", "JITSoftmaxDouble", "JITLayerNormFloat", "JITLayerNormDouble", "JITBatchNormFloat",
     "JITBatchNormDouble",
+    "SoftmaxHalf", "SoftmaxBFloat16", "LayerNormHalf", "LayerNormBFloat16", "JITSoftmaxHalf", "JITSoftmaxBFloat16",
+    "JITLayerNormHalf", "JITLayerNormBFloat16",
     "Convolution2DFloat", "Convolution2DDouble", "JITConvolution2DFloat", "JITConvolution2DDouble",
     "ElementwiseFloat", "ElementwiseDouble", "JITElementwiseFloat", "JITElementwiseDouble", "fold_batchnorm",
 ]

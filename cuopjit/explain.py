@@ -24,7 +24,7 @@ from .profile import benchmark, device_ceilings, unit_kind
 from .jit import JITWrapper
 from .listing import target_for
 from .recipes import SHAPES, build, fake_maker, gpu_maker
-from .ops import FAMILIES
+from .ops import operator_class
 from .prewarm import check_ops
 from .operands import operands
 
@@ -216,7 +216,7 @@ def explain_family(op: str, dtype: str = "float32", shape: tuple[int, ...] | Non
     if shape is not None:
         raise ValueError(f"{op} has no --shape recipe yet: leave --shape out to explain its first representative "
                          "problem")
-    cls = FAMILIES[op][0 if dtype == "float32" else 1]
+    cls = operator_class(op, dtype)
     problem = next(p for p in cls.family.problems() if p.dtype == dtype)
     settings = RunSettings.of((config or JITConfig()).snapshot())
     return _report(cls.__name__, cls.family, problem, settings, t, live)

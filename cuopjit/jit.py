@@ -19,6 +19,7 @@ from .ops import (BatchMatMulDouble, BatchMatMulFloat, BatchNormDouble, BatchNor
                   MatMulDouble, MatMulFloat, ReluDouble, ReluFloat, SoftmaxDouble, SoftmaxFloat, SymmDouble,
                   SymmFloat, TrsmDouble, TrsmFloat)
 from .ops import ElementwiseDouble, ElementwiseFloat
+from .ops import LayerNormBFloat16, LayerNormHalf, SoftmaxBFloat16, SoftmaxHalf
 from .ops.base import Operator
 from .operands import call_key, operands, resolve
 from .interop import READERS
@@ -255,6 +256,22 @@ class JITLayerNormFloat(JITWrapper):
 
 class JITLayerNormDouble(JITWrapper):
     operator_type = LayerNormDouble
+
+
+class JITSoftmaxHalf(JITWrapper):
+    operator_type = SoftmaxHalf
+
+
+class JITSoftmaxBFloat16(JITWrapper):
+    operator_type = SoftmaxBFloat16
+
+
+class JITLayerNormHalf(JITWrapper):
+    operator_type = LayerNormHalf
+
+
+class JITLayerNormBFloat16(JITWrapper):
+    operator_type = LayerNormBFloat16
 
 
 class JITBatchNormFloat(JITWrapper):

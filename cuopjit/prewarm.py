@@ -1,7 +1,9 @@
 """Representative plans: what prewarm builds, `show` prints and the prewarm = run test checks.
 
 For each requested operator family, dtype and target, the family plans its representative
-problems under a config, exactly as `forward` would plan them on a GPU of that target.
+problems under a config, exactly as `forward` would plan them on a GPU of that target. A family plans
+the dtypes it has classes of (ops.CLASSES: float32 and float64 everywhere, float16 and bfloat16 where
+ops.HALF_CLASSES names them); its representative problems cover exactly those.
 """
 from __future__ import annotations
 
@@ -10,11 +12,12 @@ from typing import Any, Iterable, Sequence
 
 from .config import ConfigSnapshot, JITConfig
 from .build.pipeline import KernelSpec, compile_arch
-from .ops import FAMILIES
+from .ops import CLASSES, FAMILIES, operator_class
 from .run.plan import Plan
 from .target import Target, named
 
-DTYPES = ("float32", "float64")
+DTYPES = ("float32", "float64")                             # what prewarm builds without --dtype
+ALL_DTYPES = ("float32", "float64", "float16", "bfloat16")   # what --dtype may name
 
 
 @dataclass(frozen=True)
@@ -35,15 +38,44 @@ def check_ops(ops: Iterable[str] | None) -> list[str]:
     return ops
 
 
+def family_dtypes(op: str) -> tuple[str, ...]:
+    """The dtypes family `op` plans (the dtype names of its classes)."""
+    return tuple(CLASSES[op])
+
+
+def check_dtypes(ops: Iterable[str], dtypes: Iterable[str]) -> None:
+    """Raise for a dtype cuopjit does not know, or one a family in `ops` has no kernels of (naming its dtypes)."""
+    for dt in dtypes:
+        if dt not in ALL_DTYPES:
+            raise ValueError(f"unknown dtype {dt!r}: choose from {', '.join(ALL_DTYPES)}")
+        for op in ops:
+            operator_class(op, dt)
+
+
+def without(ops: Iterable[str], dtypes: Iterable[str]) -> str:
+    """One line saying, per dtype, which families of `ops` have kernels of it when some have none ('' if all have)."""
+    ops, notes = list(ops), []
+    for dt in dtypes:
+        have = [op for op in ops if dt in CLASSES[op]]
+        if len(have) < len(ops):
+            notes.append(f"{dt} only for {', '.join(have) or 'no family'} (the other {len(ops) - len(have)} "
+                         f"families have no {dt} kernels)")
+    return "; ".join(notes)
+
+
 def representative_plans(ops: Iterable[str] | None = None, dtypes: Sequence[str] | None = None,
                          targets: Iterable[Target | str] = ("sm_90",),
                          config: ConfigSnapshot | None = None) -> list[PlannedProblem]:
-    """Plans of every representative problem of the requested families, dtypes and targets."""
+    """Plans of every representative problem of the requested families, dtypes and targets. A family has
+    problems of the dtypes it plans only: one named in `ops` that has none of `dtypes` raises, saying which it
+    has (with ops None or empty, every family, such families are skipped)."""
     config = config or JITConfig().snapshot()
-    dtypes = tuple(dtypes or DTYPES)
+    dtypes, ops = tuple(dtypes or DTYPES), list(ops or ())
     targets = [t if isinstance(t, Target) else named(t) for t in targets]
     out = []
     for op in check_ops(ops):
+        if ops and not set(dtypes) & set(CLASSES[op]):
+            operator_class(op, dtypes[0])   # raises: none of the dtypes asked for
         family = FAMILIES[op][0].family
         for problem in family.problems():
             if problem.dtype not in dtypes:

@@ -17,8 +17,9 @@ from typing import Any, Callable, Iterable, NamedTuple
 import numpy as np
 
 from .expr import FULL, PER_COLUMN, PER_ROW, SCALAR
-from .ops import FAMILIES, ElementwiseDouble, ElementwiseFloat
-from .tensor import Tensor, random
+from .ops import FAMILIES, ElementwiseDouble, ElementwiseFloat, operator_class
+from .creation import random
+from .tensor import Tensor
 
 Make = Callable[[tuple[int, ...]], Tensor]
 _FAKE = 1 << 40   # an aligned address nothing reads: planning looks at alignment only
@@ -220,8 +221,7 @@ def check_shape(op: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 def build(op: str, dtype: str, shape: tuple[int, ...] | None, make: Make) -> tuple[Any, tuple, dict]:
     """(operator, args, kwargs) of a forward of family `op` on `shape` (default: the family's)."""
     shape = check_shape(op, SHAPES[op].default if op in SHAPES and shape is None else shape)
-    cls = FAMILIES[op][0 if np.dtype(dtype) == np.float32 else 1]
-    return SHAPES[op].builder(cls, shape, make)
+    return SHAPES[op].builder(operator_class(op, np.dtype(dtype).name), shape, make)
 
 
 # Where a product family's forward takes its output (the epilogue's operands are laid against it).

@@ -5,6 +5,7 @@ import os
 import secrets
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -128,7 +129,8 @@ SEED_CONFIGS.append(SEED)
 
 
 # --- guard regions: a write past either end of an output changes a canary ------------------------------
-_CANARY = {np.dtype(np.float32): np.uint32(0xA5A5A5A5), np.dtype(np.float64): np.uint64(0xA5A5A5A5A5A5A5A5)}
+_CANARY = {np.dtype(np.float32): np.uint32(0xA5A5A5A5), np.dtype(np.float64): np.uint64(0xA5A5A5A5A5A5A5A5),
+           np.dtype(np.float16): np.uint16(0xA5A5), np.dtype(ml_dtypes.bfloat16): np.uint16(0xA5A5)}
 
 
 def guarded(shape, dtype="float32", fill=None, pad: int | None = None):

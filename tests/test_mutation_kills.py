@@ -506,8 +506,9 @@ def test_op_and_dtype_selection(capsys):
     cli = importlib.import_module("cuopjit.cli.main")   # the module: cuopjit.cli.main is the function
     ns = cli.build_parser().parse_args(["prewarm", "--op", "relu,gemm"])
     assert cli_args.selection(ns) == (["relu", "gemm"], ["float32", "float64"])
-    rc, _, err = _cli(capsys, "prewarm", "--arch", "sm_80", "--dtype", "float16")
-    assert (rc, err) == (2, "cuopjit prewarm: error: unknown dtype 'float16': choose from float32, float64\n")
+    rc, _, err = _cli(capsys, "prewarm", "--arch", "sm_80", "--dtype", "float8")
+    assert (rc, err) == (2, "cuopjit prewarm: error: unknown dtype 'float8': choose from float32, float64, float16, "
+                            "bfloat16\n")
 
 
 def test_architectures_from_the_environment_are_named_as_such(monkeypatch):

@@ -12,7 +12,7 @@ from cuopjit import target
 from cuopjit.ops.rows import common as rows, softmax
 from cuopjit.ops.rows.softmax import SoftmaxProblem
 
-from conftest import SEED, SEED_CONFIGS, build_once, check_guards, family_plans, guarded, make_config, rel_error
+from conftest import SEED, SEED_CONFIGS, build_once, check_guards, guarded, make_config, rel_error
 
 DTYPES = [np.float32, np.float64]
 TOL = {np.float32: 2e-6, np.float64: 1e-13}
@@ -37,7 +37,9 @@ def _ref(a: np.ndarray, axis: int) -> np.ndarray:
 
 
 def _plans(fields: dict, t: target.Target) -> list:
-    return family_plans(softmax.FAMILY, fields, t)
+    """The float32 and float64 plans (the 16-bit types' configs and builds: tests/test_rows_half.py)."""
+    cfg = make_config(**fields).snapshot()
+    return [softmax.FAMILY.default_plan(p, cfg, t) for p in softmax.problems() if p.dtype in ("float32", "float64")]
 
 
 # --- CPU: plans under every config, built with NVRTC ------------------------------------------
@@ -51,8 +53,8 @@ def test_every_config_plans_and_compiles(t, fields):
     build_once(_plans(fields, t), t)
 
 
-def test_problems_cover_both_dtypes_and_every_kernel_kind():
-    assert {p.dtype for p in softmax.problems()} == {"float32", "float64"}
+def test_problems_cover_every_dtype_and_every_kernel_kind():
+    assert {p.dtype for p in softmax.problems()} == {"float32", "float64", "float16", "bfloat16"}
     kinds = {kl.spec.kernel for plan in _plans({}, SM90) for kl in plan.launches}
     assert kinds == {"softmax_rows", "softmax_stream", "softmax_partials", "softmax_apply", "softmax_strided"}
 

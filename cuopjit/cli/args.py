@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from typing import Sequence
 
 from .. import prewarm, target
@@ -54,12 +55,17 @@ def config_from(ns: argparse.Namespace) -> JITConfig:
 
 
 def selection(ns: argparse.Namespace) -> tuple[list[str], list[str]]:
-    """The --op and --dtype values (comma lists too, repeatable); unknown names raise with the known ones."""
-    ops, dtypes = prewarm.check_ops(split_list(ns.op)), split_list(ns.dtype)
-    for dt in dtypes:
-        if dt not in DTYPES:
-            raise ValueError(f"unknown dtype {dt!r}: choose from {', '.join(DTYPES)}")
-    return ops, dtypes or list(DTYPES)
+    """The --op and --dtype values (comma lists too, repeatable; default every family, float32 and float64).
+    Unknown names raise with the known ones, and so does a dtype a family named by --op has no kernels of.
+    Without --op, a family is kept for the dtypes it has (one note on stderr names the others)."""
+    named, dtypes = split_list(ns.op), split_list(ns.dtype) or list(DTYPES)
+    ops = prewarm.check_ops(named)
+    prewarm.check_dtypes(ops if named else [], dtypes)
+    if not named:
+        if note := prewarm.without(ops, dtypes):
+            print(f"note: {note}", file=sys.stderr)
+        ops = [op for op in ops if set(dtypes) & set(prewarm.family_dtypes(op))]
+    return ops, dtypes
 
 
 def suggestion(value: str, known: Sequence[str]) -> str | None:

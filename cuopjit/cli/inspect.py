@@ -15,7 +15,7 @@ from .. import listing, prewarm
 from . import fusion
 from .args import archs_from, config_from, fusion_args
 from ..config import JITConfig, RunSettings
-from ..prewarm import DTYPES
+from ..prewarm import ALL_DTYPES
 from ..recipes import SHAPES, build, check_shape, fake_maker, gpu_maker, parse_shape, shape_help
 from ..explain import explain, explain_family
 from ..jit import JITWrapper
@@ -87,7 +87,7 @@ def add_show(sub, config_args: Callable, families: list[str]) -> None:
                                    "explain's) on --arch, without a GPU.",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=shape_help())
     p.add_argument("op", help=f"operator family: {', '.join(families)}")
-    p.add_argument("--dtype", default="float32", choices=DTYPES)
+    p.add_argument("--dtype", default="float32", choices=ALL_DTYPES)
     p.add_argument("--shape", help="the problem (default: the family's; per family below)")
     p.add_argument("--all", action="store_true", help="every kernel of the family's representative problems "
                                                       "(what prewarm builds) instead of one shape's plan")
@@ -108,7 +108,7 @@ def add_explain(sub, config_args: Callable, families: list[str]) -> None:
                                    "time against the roofline.",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=shape_help())
     p.add_argument("op", help=f"operator family: {', '.join(families)}")
-    p.add_argument("--dtype", default="float32", choices=DTYPES)
+    p.add_argument("--dtype", default="float32", choices=ALL_DTYPES)
     p.add_argument("--shape", help="the problem (default: the family's; per family below)")
     p.add_argument("--arch", help="plan for this named target, statically (default: the GPU, else sm_90)")
     p.add_argument("--json", action="store_true", help="print JSON")

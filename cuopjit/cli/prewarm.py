@@ -160,7 +160,8 @@ def add_prewarm(sub) -> None:
                                                    f"(minimum {compiler.MIN_ARCH}; default: CUOPJIT_ARCH)")
     p.add_argument("--op", action="append", help=f"operator families, comma-separated or repeated: "
                                                  f"{', '.join(FAMILIES)} (default: all)")
-    p.add_argument("--dtype", action="append", help="float32, float64, comma-separated or repeated (default: both)")
+    p.add_argument("--dtype", action="append", help="float32, float64, float16, bfloat16, comma-separated or "
+                                                    "repeated (default: float32,float64)")
     p.add_argument("--shape", action="append", help="build the kernels forward runs for this shape (repeatable; "
                                                     "needs --op) instead of the representative problems")
     p.add_argument("--jobs", type=int, default=0, help="parallel compiles (default: max_compilation_threads)")

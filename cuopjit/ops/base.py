@@ -26,6 +26,7 @@ from .. import interop, target as targets
 from ..run.plan import EMPTY, Family, Plan
 from ..config import DEFAULT, RunSettings
 from ..operands import call_key, operands, recipe_of, resolve, returned
+from ..layout import CONTIGUOUS
 from ..tensor import Tensor, wrap
 from ..tuning import fastest
 
@@ -180,8 +181,10 @@ class Operator:
         self.foreign_plans.clear()
 
     # --- checks -----------------------------------------------------------------------------------
-    def check_operand(self, name: str, t: Any, ndim: int | None = None, shape: Sequence[int] | None = None) -> Tensor:
-        """`t` as a live Tensor of this operator's dtype on the current device (and of `shape`, if given).
+    def check_operand(self, name: str, t: Any, ndim: int | None = None, shape: Sequence[int] | None = None,
+                      layouts: tuple[str, ...] = (CONTIGUOUS,)) -> Tensor:
+        """`t` as a live Tensor of this operator's dtype on the current device (and of `shape`, if given),
+        in one of `layouts` (cuopjit/layout.py; an operator that reads others says which and plans on t.layout).
 
         A foreign GPU array is wrapped (zero-copy); anything else raises one line naming the operand."""
         op = type(self).__name__
@@ -189,6 +192,11 @@ class Operator:
             t = wrap(t, f"{op}: {name}")
         if t.dtype != self.dtype:
             raise TypeError(f"{op}: {name} is {t.dtype.name}, {op} works on {self.dtype.name}")
+        if t.layout not in layouts:
+            takes = " or ".join(layouts)
+            raise ValueError(f"{op}: {name} is {t.layout}, {op} takes {takes} tensors here: pass x.contiguous() "
+                             f"(torch) or cuopjit.contiguous(x)" if CONTIGUOUS in layouts else
+                             f"{op}: {name} is {t.layout}, {op} takes {takes} tensors here")
         if ndim is not None and t.ndim != ndim:
             raise ValueError(f"{op}: {name} must be {ndim}-D, got shape {list(t.shape)}")
         if shape is not None and tuple(t.shape) != tuple(shape):
@@ -205,14 +213,30 @@ class Operator:
         return 0.0, 0.0
 
 
+_TAGS = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}
+HALF_DTYPES = ("float16", "bfloat16")   # stored in 16 bits, computed in float32
+_STORAGE = {"float32": "float", "float64": "double", "float16": "half_t", "bfloat16": "bf16_t"}
+
+
 def dtype_tag(dtype: np.dtype) -> str:
-    """'f32' / 'f64' for readable kernel names."""
-    return "f32" if np.dtype(dtype) == np.float32 else "f64"
+    """'f32' / 'f64' / 'f16' / 'bf16' for readable kernel names."""
+    return _TAGS[np.dtype(dtype).name]
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype a kernel computes in: float32 for the 16-bit types (read exactly, rounded once on store)."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.name in HALF_DTYPES else dtype
 
 
 def scalar_t(dtype: np.dtype) -> str:
-    """The CUDA C type of a dtype."""
-    return "float" if np.dtype(dtype) == np.float32 else "double"
+    """The CUDA C type a kernel of this dtype computes in (templates' scalar_t: float for the 16-bit types)."""
+    return "float" if compute_dtype(dtype) == np.float32 else "double"
+
+
+def storage_t(dtype: np.dtype) -> str:
+    """The CUDA C type a tensor of this dtype is stored as (templates' elem_t; half_t / bf16_t: half.cuh)."""
+    return _STORAGE[np.dtype(dtype).name]
 
 
 def cdiv(a: int, b: int) -> int:
@@ -221,5 +245,5 @@ def cdiv(a: int, b: int) -> int:
 
 
 def vector_width(dtype: np.dtype) -> int:
-    """Scalars in one 16-byte access: 4 float, 2 double."""
+    """Scalars in one 16-byte access: 4 float, 2 double, 8 float16 / bfloat16."""
     return 16 // np.dtype(dtype).itemsize

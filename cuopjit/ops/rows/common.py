@@ -12,7 +12,9 @@ How the JITConfig fields change the row kernels (templates/common/rowops.cuh.jin
                               "tiled"
     tile_size                 elements each thread holds in registers: 8, 16, 32, 64, 128 (0: 32
                               float / 16 double when an explicit layout is asked for; float64
-                              holds at most 64, so 128 runs as 64: see MAX_EPT)
+                              holds at most 64, so 128 runs as 64: see MAX_EPT; float16 and
+                              bfloat16 are held as floats, so they take float's layouts with
+                              16-byte vectors of 8)
     block_size                threads per block: 32 .. 1024 (0: 256); a row of up to block_size *
                               tile_size elements lives in one block, several short rows share a block
                               (tile_size and block_size both 0 with kernel_type "auto": chosen by row
@@ -40,14 +42,23 @@ import numpy as np
 from ...build import pipeline
 from ...config import ConfigSnapshot
 from ...target import Target
-from ..base import vector_width
+from ..base import compute_dtype, vector_width
 from .. import knobs
 
-MAX_EPT = {4: 128, 8: 64}  # elements per thread a row kernel holds: 128 doubles would need 256 registers (> 255)
+MAX_EPT = {4: 128, 8: 64}  # elements per thread a row kernel holds, by regsize: 128 doubles would need 256 registers
 MAX_CLUSTER = 8  # the portable cluster size limit
 SMEM_STATIC = 1024 + 1536  # the system's reserve per block + block_combine's scratch (at most 2 x 32 x 3 doubles)
 STREAM_STEP = 2            # default vectors in flight per thread per step (4 spills at 64 registers)
+# Elements per thread of the short-row layout (plan_rows step 1), by storage itemsize. float16 / bfloat16: 32
+# (4 vectors of 8: a row of up to 1024 in one warp, no barrier), measured on H100 over 5 shapes x Softmax and
+# LayerNorm (benchmarks/mb_half_sweep.py): geomean 2600 GB/s at 8, 2733 at 16, 2752 at 32.
+SHORT_EPT = {4: 8, 8: 8, 2: 32}
 StreamTable = tuple[tuple[int, int, int, int, bool], ...]
+
+
+def regsize(dtype: np.dtype) -> int:
+    """Bytes of registers an element takes (its compute dtype's size: 4 for float16 / bfloat16, stored in 2)."""
+    return compute_dtype(dtype).itemsize
 
 
 def next_pow2(n: int) -> int:
@@ -140,7 +151,7 @@ def plan_rows(dtype: np.dtype, cfg: ConfigSnapshot, target: Target, rows: int, l
     """Choose the row layout for `rows` rows of `length` scalars (vec must divide length when > 1).
 
     With tile_size and block_size both automatic (measured on H100, benchmarks/NOTES.md, 5B):
-      1. a row that fits in 256 threads at 8 elements per thread takes that (short rows: few
+      1. a row that fits in 256 threads at SHORT_EPT elements per thread takes that (short rows: few
          registers per thread, many rows in flight);
       2. else the first of `long_rows.epts` (elements per thread) with which one block of 256, then
          one of `long_rows.block` threads, holds the row;
@@ -155,17 +166,17 @@ def plan_rows(dtype: np.dtype, cfg: ConfigSnapshot, target: Target, rows: int, l
     choices (0 keeps 32 float / 16 double, 256); kernel_type "simple" allows neither clusters nor
     the stream kernel.
     """
-    f32 = np.dtype(dtype) == np.float32
+    f32 = regsize(dtype) == 4
     cluster_ok = target.clusters and cfg.enable_shared_memory_opt and cfg.kernel_type != "simple"
     lv = -(-length // vec)
     if cfg.tile_size or cfg.block_size or cfg.kernel_type in ("tiled", "warp_optimized"):
-        ept = min(cfg.tile_size or (32 if f32 else 16), MAX_EPT[np.dtype(dtype).itemsize])
+        ept = min(cfg.tile_size or (32 if f32 else 16), MAX_EPT[regsize(dtype)])
         bt = cfg.block_size or 256
-        if cfg.kernel_type == "warp_optimized" and lv <= 32 * (MAX_EPT[np.dtype(dtype).itemsize] // vec):
+        if cfg.kernel_type == "warp_optimized" and lv <= 32 * (MAX_EPT[regsize(dtype)] // vec):
             nv = -(-lv // 32)
             return RowPlan("rows", vec, nv, 32, max(1, bt // 32), 1, 1, _occupancy(dtype, vec, nv * vec))
         return _plan(dtype, lv, vec, ept, bt, bt if (cfg.block_size or cluster_ok) else 1024, cluster_ok)
-    short = _plan(dtype, lv, vec, 8, 256, 256, False)
+    short = _plan(dtype, lv, vec, SHORT_EPT[np.dtype(dtype).itemsize], 256, 256, False)
     if short.kind == "rows":
         return short
     long_epts, long_block = long_rows.epts, long_rows.block
@@ -212,7 +223,7 @@ def _plan(dtype: np.dtype, lv: int, vec: int, ept: int, bt: int, tmax: int, clus
 
 def _occupancy(dtype: np.dtype, vec: int, ept: int) -> int:
     """Threads per SM that __launch_bounds__ promises for rows of up to `ept` elements per thread."""
-    itemsize = np.dtype(dtype).itemsize
+    itemsize = regsize(dtype)
     if ept > 64:
         return 256   # 128 floats per thread need up to 255 registers, else the row spills
     return 1024 if (vec > 1 and (ept * itemsize <= 64 or (itemsize == 4 and ept <= 32))) else 512
@@ -223,13 +234,15 @@ def plan_stream(dtype: np.dtype, target: Target, lv: int, vec: int, threads: int
     """Stream kernel for rows of lv vectors: `threads` per block, k blocks per SM, nv vectors in
     flight per thread, the row's head in shared memory (as much as k blocks per SM leave room for
     on `target`, a multiple of `threads` vectors; none when stash is False). None when the rest,
-    re-read from L2 by k rows per SM, exceeds `l2_budget` (None: l2_per_sm(target))."""
+    re-read from L2 by k rows per SM, exceeds `l2_budget` (None: l2_per_sm(target)). The stash holds the
+    row as stored; cp.async (copy_async) moves 4, 8 or 16 bytes, so a stash of 2-byte scalars is copied
+    through registers."""
     vbytes = vec * np.dtype(dtype).itemsize
     room = min(target.smem_per_block - SMEM_STATIC, target.smem_per_sm // k - SMEM_STATIC) if stash else 0
     sv = min(lv, max(0, room) // vbytes) // threads * threads
     if k * (lv - sv) * vbytes > (l2_per_sm(target) if l2_budget is None else l2_budget):
         return None
-    return RowPlan("stream", vec, nv, threads, 1, 1, 1, threads * k, sv, copy_async and sv > 0)
+    return RowPlan("stream", vec, nv, threads, 1, 1, 1, threads * k, sv, copy_async and sv > 0 and vbytes >= 4)
 
 
 def resident(choice: RowChoice, dtype: np.dtype, cfg: ConfigSnapshot, target: Target, rows: int) -> RowChoice:

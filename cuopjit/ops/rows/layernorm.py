@@ -1,11 +1,12 @@
-"""LayerNormFloat / LayerNormDouble (cuOP semantics, PyTorch numerics).
+"""LayerNormFloat / LayerNormDouble / LayerNormHalf / LayerNormBFloat16 (cuOP semantics, PyTorch numerics).
 
 LayerNorm normalises over the trailing dimensions that gamma's shape names (PyTorch's
 `normalized_shape`): x of shape [..., *gamma.shape]. cuOP's example passes an NCHW input with a
 gamma of length C: when gamma is 1-D, does not match x's trailing dimensions, and has x.shape[1]
 elements, each sample is normalised over C*H*W and gamma/beta are applied per channel. With no
 gamma, the last dimension is normalised and no affine transform is applied. Variance is biased
-(divides by the count) and computed from registers as the mean of squared deviations.
+(divides by the count) and computed from registers as the mean of squared deviations. float16 and
+bfloat16 (x, y, gamma and beta all of that dtype) are computed in float32 and rounded once on store.
 
 Kernels (templates/rows/layernorm.cu.jinja) are the row kernels of rows.py, whose docstring gives
 the JITConfig mapping: a row in registers of one block or a cluster, the stream kernel, the
@@ -27,14 +28,17 @@ from ...run.plan import Family, KernelLaunch, Plan, i32, i64, ptr, scalar
 from ...target import Target
 from ...tensor import Tensor
 from . import common as rows
-from ..base import Operator, dtype_tag, scalar_t, vector_width
+from ..base import HALF_DTYPES, Operator, compute_dtype, dtype_tag, scalar_t, storage_t, vector_width
 from ..params import non_negative_eps, plan_setting
 
 TEMPLATE = "rows/layernorm.cu.jinja"
 # Stream-kernel table per itemsize (rows.plan_rows): (max row length, threads, blocks per SM, vectors in
 # flight, cp.async stash). Measured on H100 against the cluster kernels (NOTES.md 5C, run 2):
-# float32 32768: 2731 vs 2710 GB/s; float64 32768: 2793 vs 2530.
-LN_STREAM = {4: ((32768, 1024, 1, 2, True),), 8: ((32768, 1024, 1, 2, True),)}
+# float32 32768: 2731 vs 2710 GB/s; float64 32768: 2793 vs 2530. 16-bit types: 512 threads, 2 blocks per SM
+# (benchmarks/mb_half_sweep.py, H100, float16: geomean 2423 GB/s vs 1867 for 1024 x 1, 2340 for 256 x 4, 1810
+# for clusters).
+LN_STREAM = {4: ((32768, 1024, 1, 2, True),), 8: ((32768, 1024, 1, 2, True),), 2: ((32768, 512, 2, 2, True),)}
+DTYPES = ("float32", "float64", *HALF_DTYPES)
 OPERANDS = ("x", "y", "gamma", "beta")
 RESIDENT_SLACK = 0.0   # resident kernel: extra lead, in blocks the target holds at once (resident_lead;
                        # H100 NCHW 32x64x224x224 with RESIDENT_KEEP: 0 / 0.25 / 0.5 -> 0.376 / 0.382 / 0.402 ms)
@@ -60,7 +64,7 @@ def long_rows(dtype: np.dtype) -> rows.LongRows:
     blocks of 512 threads before clusters, 32 float / 16 double elements per thread; longer
     rows take the stream kernel's (max length, threads, blocks per SM, vectors in flight) where
     it measured faster, and only with a row per block for every SM (fewer rows: clusters)."""
-    epts = (32,) if np.dtype(dtype) == np.float32 else (16,)
+    epts = (32,) if compute_dtype(dtype) == np.float32 else (16,)
     return rows.LongRows(epts, 512, LN_STREAM[np.dtype(dtype).itemsize])
 
 
@@ -76,6 +80,8 @@ def _spec(problem: LayerNormProblem, kind: str, choice: rows.RowChoice) -> pipel
     dtype, per_channel = np.dtype(problem.dtype), problem.gdiv > 1
     params = {"kind": kind, "scalar_t": scalar_t(dtype), "unroll": choice.unroll, "AFFINE": problem.affine,
               "PER_CHANNEL": int(per_channel), **choice.layout.params()}
+    if dtype.name in HALF_DTYPES:
+        params["elem_t"] = storage_t(dtype)
     tag = f"{choice.layout.tag()}a{problem.affine}" + ("pc" if per_channel else "")
     if kind == "resident" and RESIDENT_KEEP:
         params["KEEP"] = 1
@@ -86,10 +92,10 @@ def _spec(problem: LayerNormProblem, kind: str, choice: rows.RowChoice) -> pipel
 
 def plan(problem: LayerNormProblem, choice: rows.RowChoice, target: Target) -> Plan:
     """Operands x, y, gamma, beta (0 when absent); the split-row path's partial results are the workspace."""
-    dtype = np.dtype(problem.dtype)
-    units = "FP32 cores" if dtype == np.float32 else "FP64 cores"
+    dtype, cdt = np.dtype(problem.dtype), compute_dtype(problem.dtype)
+    units = "FP32 cores" if cdt == np.float32 else "FP64 cores"
     layout, n_rows, length = choice.layout, problem.rows, problem.length
-    tail = (i64(n_rows), i32(length), i32(problem.gdiv), scalar(dtype, problem.eps))
+    tail = (i64(n_rows), i32(length), i32(problem.gdiv), scalar(cdt, problem.eps))
     if layout.kind == "stream":
         launch = KernelLaunch(_spec(problem, "stream", choice), (min(n_rows, 2 ** 31 - 1),), (layout.threads,),
                               (ptr(0), ptr(1), ptr(2), ptr(3), *tail, i32(layout.stash)),
@@ -108,8 +114,8 @@ def plan(problem: LayerNormProblem, choice: rows.RowChoice, target: Target) -> P
                         (ptr(0), ptr(4), i64(n_rows), i32(length), i32(layout.chunks)), units=units)
     apply = KernelLaunch(_spec(problem, "apply", choice), (blocks,), (layout.threads,),
                          (ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), i64(n_rows), i32(length), i32(layout.chunks),
-                          i32(problem.gdiv), scalar(dtype, problem.eps)), units=units)
-    return Plan((part, apply), OPERANDS, workspace=blocks * 2 * dtype.itemsize, choice=choice.label)
+                          i32(problem.gdiv), scalar(cdt, problem.eps)), units=units)
+    return Plan((part, apply), OPERANDS, workspace=blocks * 2 * cdt.itemsize, choice=choice.label)
 
 
 def resident_lead(n_rows: int, layout: rows.RowPlan, target: Target) -> int:
@@ -122,8 +128,8 @@ def resident_lead(n_rows: int, layout: rows.RowPlan, target: Target) -> int:
 
 def _resident_plan(problem: LayerNormProblem, choice: rows.RowChoice, target: Target, units: str) -> Plan:
     """reset, then resident: workspace = counters (1 + 2 rows u32, 16-byte padded), partials
-    (rows x chunks x 2), then (mean, rstd) per row."""
-    dtype, layout, n_rows = np.dtype(problem.dtype), choice.layout, problem.rows
+    (rows x chunks x 2), then (mean, rstd) per row, in the compute dtype."""
+    dtype, layout, n_rows = compute_dtype(problem.dtype), choice.layout, problem.rows
     counters = 1 + 2 * n_rows
     ctr_bytes = -(-counters * 4 // 16) * 16
     part_bytes = n_rows * layout.chunks * 2 * dtype.itemsize
@@ -142,9 +148,9 @@ def _resident_plan(problem: LayerNormProblem, choice: rows.RowChoice, target: Ta
 
 def problems() -> list[LayerNormProblem]:
     """Row-length buckets (aligned and not; many rows: stream kernels, few: clusters), no affine,
-    cuOP's per-channel NCHW form (the resident kernel), rows too long for L2 (split-row), both dtypes."""
+    cuOP's per-channel NCHW form (the resident kernel), rows too long for L2 (split-row), every dtype."""
     out = []
-    for dt in ("float32", "float64"):
+    for dt in DTYPES:
         out += [LayerNormProblem(dt, n, length, 1, 2, aligned, 1e-5) for n, length, aligned in (
             (4096, 128, True), (4096, 1024, True), (1024, 8192, True), (1024, 32768, True), (8, 32768, True),
             (4096, 1000, False), (4096, 7, False))]
@@ -243,3 +249,13 @@ class LayerNormFloat(LayerNorm):
 class LayerNormDouble(LayerNorm):
     """float64 layer norm (cuOP `LayerNormDouble`)."""
     dtype = np.dtype(np.float64)
+
+
+class LayerNormHalf(LayerNorm):
+    """float16 layer norm, computed in float32; gamma and beta float16 too (cuOP naming: `LayerNormHalf`)."""
+    dtype = np.dtype(np.float16)
+
+
+class LayerNormBFloat16(LayerNorm):
+    """bfloat16 layer norm, computed in float32; gamma and beta bfloat16 too."""
+    dtype = np.dtype("bfloat16")

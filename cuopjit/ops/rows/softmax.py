@@ -1,4 +1,7 @@
-"""SoftmaxFloat / SoftmaxDouble: y = softmax(x) along any axis (numerically stable: x - max first).
+"""SoftmaxFloat / SoftmaxDouble / SoftmaxHalf / SoftmaxBFloat16: y = softmax(x) along any axis (numerically
+stable: x - max first). float16 and bfloat16 are read exactly into float32 registers, computed in float32
+and rounded once on store (round to nearest even; float16 overflow gives inf, as torch), with the kernels
+and layouts of float32 and 16-byte vectors of 8.
 
 Kernels (templates/rows/softmax.cu.jinja; the JITConfig mapping of the last-axis kernels is in rows.py):
   last axis       one block (or a few threads, for short rows) per row with the row in registers:
@@ -35,13 +38,22 @@ from ...run.plan import Family, KernelLaunch, Plan, i32, i64, ptr
 from ...target import Target
 from ...tensor import Tensor
 from . import common as rows
-from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width
+from ..base import HALF_DTYPES, Operator, cdiv, compute_dtype, dtype_tag, scalar_t, storage_t, vector_width
 
 TEMPLATE = "rows/softmax.cu.jinja"
 # Stream-kernel table per itemsize (rows.plan_rows): (max row length, threads, blocks per SM, vectors in
 # flight, cp.async stash). Measured on H100 against the cluster kernels (NOTES.md 5C, run 2):
-# float32 32768: 2931 vs 2882 GB/s; float64 8192: 2929 vs 2670; float64 32768: 2699 vs 2406.
-STREAM = {4: ((32768, 1024, 1, 2, True),), 8: ((8192, 256, 3, 4, True), (32768, 1024, 1, 2, True))}
+# float32 32768: 2931 vs 2882 GB/s; float64 8192: 2929 vs 2670; float64 32768: 2699 vs 2406. 16-bit types:
+# 512 threads, 2 blocks per SM (benchmarks/mb_half_sweep.py, H100, float16 4096x32768, 2048x20000, 1024x24576:
+# geomean 2688 GB/s vs 2135 for float32's entry, 2673 for 256 x 4, 1971 for clusters).
+STREAM = {4: ((32768, 1024, 1, 2, True),), 8: ((8192, 256, 3, 4, True), (32768, 1024, 1, 2, True)),
+          2: ((32768, 512, 2, 2, True),)}
+DTYPES = ("float32", "float64", *HALF_DTYPES)
+# strided_geometry's defaults by storage itemsize: elements of a column per thread (tile_size 0), threads per
+# block (block_size 0). 16-bit types: float32's, the best of 5 (benchmarks/mb_half_sweep.py, H100: geomean 1839
+# GB/s vs 1663 for blocks of 1024, 1553 for 64 elements, 1431 for 16)
+STRIDED_TILE = {4: 32, 8: 8, 2: 32}
+STRIDED_BLOCK = {4: 512, 8: 512, 2: 512}
 
 
 @dataclass(frozen=True)
@@ -78,7 +90,7 @@ def long_rows(dtype: np.dtype) -> rows.LongRows:
     float64 prefers 8 elements per thread and a cluster over 16 per thread (its exp is the costly
     part); the stream kernel's (max length, threads, blocks per SM, vectors in flight) where it
     measured faster, and only with a row per block for every SM (fewer rows: clusters)."""
-    epts = (32,) if np.dtype(dtype) == np.float32 else (8, 16)
+    epts = (32,) if compute_dtype(dtype) == np.float32 else (8, 16)
     return rows.LongRows(epts, 256, STREAM[np.dtype(dtype).itemsize])
 
 
@@ -88,14 +100,14 @@ def strided_geometry(dtype: np.dtype, a: int, inner: int, vec: int, cfg: ConfigS
     threads cover the axis, tx vectors side by side fill the block of block_size threads (0: 512;
     at most what the registers of those elements allow per SM), but at least 32 bytes (a sector)
     and at most the inner dimension; an axis that needs more threads than that is streamed twice
-    instead (NA = 0, tx * vec columns by 8 threads)."""
-    itemsize = np.dtype(dtype).itemsize
-    nv_cap = max(1, min(cfg.tile_size or (32 if itemsize == 4 else 8), rows.MAX_EPT[itemsize]) // vec)
+    instead (NA = 0, tx * vec columns by 8 threads). float16 / bfloat16: float32's registers, bytes of 2."""
+    itemsize, stored = rows.regsize(dtype), np.dtype(dtype).itemsize
+    nv_cap = max(1, min(cfg.tile_size or STRIDED_TILE[stored], rows.MAX_EPT[itemsize]) // vec)
     regs = nv_cap * vec * itemsize // 4     # registers a thread's vectors take
     occ = 1024 if regs <= (32 if itemsize == 4 and vec > 1 else 16) else (512 if regs <= 64 else 256)
-    bt = min(cfg.block_size or 512, occ)
+    bt = min(cfg.block_size or STRIDED_BLOCK[stored], occ)
     iv = cdiv(inner, vec)
-    tx_min = min(rows.next_pow2(iv), max(1, 32 // (vec * itemsize)))
+    tx_min = min(rows.next_pow2(iv), max(1, 32 // (vec * stored)))
     ty = max(1, rows.next_pow2(cdiv(a, nv_cap)))
     if ty * tx_min > occ:
         tx = max(min(rows.next_pow2(iv), max(32, bt // 8)), 4)
@@ -117,6 +129,8 @@ def choices(problem: SoftmaxProblem, cfg: ConfigSnapshot, target: Target) -> lis
 
 def _spec(dtype: np.dtype, kind: str, choice: Any, params: dict, tag: str) -> pipeline.KernelSpec:
     params = {"kind": kind, "scalar_t": scalar_t(dtype), "unroll": choice.unroll, **params}
+    if dtype.name in HALF_DTYPES:
+        params["elem_t"] = storage_t(dtype)
     name = f"softmax_{kind}_{dtype_tag(dtype)}_{tag}" + ("" if choice.unroll else "_nounroll")
     return pipeline.make_spec(TEMPLATE, f"softmax_{kind}", name, params, choice.opts)
 
@@ -132,7 +146,7 @@ def _row_spec(dtype: np.dtype, kind: str, choice: rows.RowChoice) -> pipeline.Ke
 def plan(problem: SoftmaxProblem, choice: Any, target: Target) -> Plan:
     """x = operand 0, y = operand 1; the split-row path's partial results are the workspace."""
     dtype = np.dtype(problem.dtype)
-    units = "FP32 cores" if dtype == np.float32 else "FP64 cores"
+    units = "FP32 cores" if compute_dtype(dtype) == np.float32 else "FP64 cores"
     n_rows, length = problem.outer, problem.length
     if isinstance(choice, StridedChoice):
         tiles = problem.outer * cdiv(cdiv(problem.inner, choice.vec), choice.tx)
@@ -160,14 +174,14 @@ def plan(problem: SoftmaxProblem, choice: Any, target: Target) -> Plan:
                         (ptr(0), ptr(2), i64(n_rows), i32(length), i32(layout.chunks)), units=units)
     apply = KernelLaunch(_row_spec(dtype, "apply", choice), (blocks,), (layout.threads,),
                          (ptr(0), ptr(1), ptr(2), i64(n_rows), i32(length), i32(layout.chunks)), units=units)
-    return Plan((part, apply), ("x", "y"), workspace=blocks * 2 * dtype.itemsize, choice=choice.label)
+    return Plan((part, apply), ("x", "y"), workspace=blocks * 2 * compute_dtype(dtype).itemsize, choice=choice.label)
 
 
 def problems() -> list[SoftmaxProblem]:
     """Row-length buckets of the last axis (aligned and not; many rows: stream kernels, few: clusters,
-    a million: split-row) and non-last axes (scalar and 16-byte tiles, registers and streamed), both dtypes."""
+    a million: split-row) and non-last axes (scalar and 16-byte tiles, registers and streamed), every dtype."""
     out = []
-    for dt in ("float32", "float64"):
+    for dt in DTYPES:
         out += [SoftmaxProblem(dt, n, length, 1, aligned) for n, length, aligned in (
             (4096, 128, True), (4096, 1024, True), (1024, 8192, True), (1024, 32768, True), (8, 32768, True),
             (4096, 1000, False), (4096, 7, False), (16, 1 << 20, True))]
@@ -221,3 +235,13 @@ class SoftmaxFloat(Softmax):
 class SoftmaxDouble(Softmax):
     """float64 softmax (cuOP `SoftmaxDouble`)."""
     dtype = np.dtype(np.float64)
+
+
+class SoftmaxHalf(Softmax):
+    """float16 softmax, computed in float32 (cuOP naming: `SoftmaxHalf`)."""
+    dtype = np.dtype(np.float16)
+
+
+class SoftmaxBFloat16(Softmax):
+    """bfloat16 softmax, computed in float32."""
+    dtype = np.dtype("bfloat16")

@@ -15,6 +15,7 @@ given (a JIT wrapper's, or DEFAULT), loads the kernels and memoises the result.
 """
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, Callable, ClassVar, Hashable, Sequence
 
@@ -215,6 +216,20 @@ class Operator:
 
 _TAGS = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}
 HALF_DTYPES = ("float16", "bfloat16")   # stored in 16 bits, computed in float32
+_SUFFIXES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16"}
+
+
+def typed(base: type[Operator], name: str, what: str, dtypes: Sequence[str] = ("float32", "float64")) -> tuple:
+    """`base`'s concrete classes, one per dtype, named as cuOP names them (`name` + Float, Double, Half,
+    BFloat16) and defined in the caller's module: `GemmFloat, GemmDouble = typed(Gemm, "Gemm", "GEMM")`."""
+    module = sys._getframe(1).f_globals["__name__"]
+    classes = []
+    for dt in dtypes:
+        cls = name + _SUFFIXES[dt]
+        computed = ", computed in float32" if dt in HALF_DTYPES else ""
+        classes.append(type(base)(cls, (base,), {"dtype": np.dtype(dt), "__module__": module, "__qualname__": cls,
+                                                 "__doc__": f"{dt} {what}{computed} (cuOP `{cls}`)."}))
+    return tuple(classes)
 _STORAGE = {"float32": "float", "float64": "double", "float16": "half_t", "bfloat16": "bf16_t"}
 
 

@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
 from ..layout import CHANNELS_LAST, CONTIGUOUS
 from ..tensor import Tensor, empty
-from .base import Operator
+from .base import Operator, typed
 from .batchnorm_plans import FAMILY, OPERANDS, BatchNormProblem
 from .layouts import same_layout
 from .params import non_negative_eps, plan_setting, unit_interval_momentum
@@ -152,11 +151,6 @@ class BatchNorm(Operator):
         return 2.0 * x.size, float(((reads + 1) * x.size + 4 * c) * self.dtype.itemsize)
 
 
-class BatchNormFloat(BatchNorm):
-    """float32 batch norm (cuOP `BatchNormFloat`)."""
-    dtype = np.dtype(np.float32)
+BatchNormFloat, BatchNormDouble = typed(BatchNorm, "BatchNorm", "batch norm")
 
 
-class BatchNormDouble(BatchNorm):
-    """float64 batch norm (cuOP `BatchNormDouble`)."""
-    dtype = np.dtype(np.float64)

@@ -33,7 +33,7 @@ from ..run.plan import Family, KernelLaunch, Plan, i32, i64, ptr
 from ..target import Target
 from ..tensor import Tensor, empty
 from .elementwise import kernels as elementwise
-from .base import Operator, cdiv, dtype_tag, scalar_t
+from .base import Operator, cdiv, dtype_tag, scalar_t, typed
 from .params import plan_setting
 
 DOT_TEMPLATE = "blas1/dot.cu.jinja"
@@ -172,7 +172,8 @@ DOT = Family("dot", dot_choices, dot_plan, dot_problems)
 
 
 class Dot(Operator):
-    """result = sum(x * y), deterministic: the same inputs give the same bits on every run."""
+    """result = sum(x * y), deterministic: the same inputs give the same bits on every run; float32 accumulates in
+    float32 over many independent partial sums."""
 
     family = DOT
 
@@ -211,41 +212,9 @@ class Dot(Operator):
         return 2.0 * x.size, 2.0 * x.size * self.dtype.itemsize
 
 
-class ScalFloat(Scal):
-    """float32 SCAL (cuOP `ScalFloat`)."""
-    dtype = np.dtype(np.float32)
+ScalFloat, ScalDouble = typed(Scal, "Scal", "SCAL")
+AxpyFloat, AxpyDouble = typed(Axpy, "Axpy", "AXPY")
+CopyFloat, CopyDouble = typed(Copy, "Copy", "COPY")
+DotFloat, DotDouble = typed(Dot, "Dot", "DOT")
 
 
-class ScalDouble(Scal):
-    """float64 SCAL (cuOP `ScalDouble`)."""
-    dtype = np.dtype(np.float64)
-
-
-class AxpyFloat(Axpy):
-    """float32 AXPY (cuOP `AxpyFloat`)."""
-    dtype = np.dtype(np.float32)
-
-
-class AxpyDouble(Axpy):
-    """float64 AXPY (cuOP `AxpyDouble`)."""
-    dtype = np.dtype(np.float64)
-
-
-class CopyFloat(Copy):
-    """float32 COPY (cuOP `CopyFloat`)."""
-    dtype = np.dtype(np.float32)
-
-
-class CopyDouble(Copy):
-    """float64 COPY (cuOP `CopyDouble`)."""
-    dtype = np.dtype(np.float64)
-
-
-class DotFloat(Dot):
-    """float32 DOT (cuOP `DotFloat`), accumulated in float32 over many independent partial sums."""
-    dtype = np.dtype(np.float32)
-
-
-class DotDouble(Dot):
-    """float64 DOT (cuOP `DotDouble`)."""
-    dtype = np.dtype(np.float64)

@@ -29,7 +29,7 @@ from ..run.plan import Family, KernelLaunch, Plan, i64, ptr
 from ..target import Target
 from ..tensor import Tensor, empty, wrap
 from . import knobs
-from .base import Operator, cdiv, dtype_tag, scalar_t
+from .base import Operator, cdiv, dtype_tag, scalar_t, typed
 from .choice import kernel_choice
 
 TEMPLATE = "shape/transpose.cu.jinja"
@@ -165,14 +165,7 @@ class Relayout(Operator):
         return 0.0, 2.0 * x.nbytes
 
 
-class RelayoutFloat(Relayout):
-    """float32 layout copy."""
-    dtype = np.dtype(np.float32)
-
-
-class RelayoutDouble(Relayout):
-    """float64 layout copy."""
-    dtype = np.dtype(np.float64)
+RelayoutFloat, RelayoutDouble = typed(Relayout, "Relayout", "layout copy")
 
 
 _OPS = {np.dtype(np.float32): RelayoutFloat(), np.dtype(np.float64): RelayoutDouble()}

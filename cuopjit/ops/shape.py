@@ -35,7 +35,7 @@ from ..target import Target
 from ..tensor import Tensor
 from ..layout import CONTIGUOUS, LAYOUTS
 from .elementwise import kernels as elementwise
-from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width
+from .base import Operator, cdiv, dtype_tag, scalar_t, vector_width, typed
 from . import layouts
 from .choice import kernel_choice
 
@@ -227,21 +227,7 @@ class View(Operator):
         return 0.0, 2.0 * y.size * self.dtype.itemsize
 
 
-class FlattenFloat(Flatten):
-    """float32 Flatten (cuOP `FlattenFloat`)."""
-    dtype = np.dtype(np.float32)
+FlattenFloat, FlattenDouble = typed(Flatten, "Flatten", "Flatten")
+ViewFloat, ViewDouble = typed(View, "View", "View")
 
 
-class FlattenDouble(Flatten):
-    """float64 Flatten (cuOP `FlattenDouble`)."""
-    dtype = np.dtype(np.float64)
-
-
-class ViewFloat(View):
-    """float32 View (cuOP `ViewFloat`)."""
-    dtype = np.dtype(np.float32)
-
-
-class ViewDouble(View):
-    """float64 View (cuOP `ViewDouble`)."""
-    dtype = np.dtype(np.float64)

@@ -39,7 +39,7 @@ from ...target import Target
 from ...tensor import Tensor
 from . import packing, plans as conv2d_plans
 from .problem import ConvPlan
-from ..base import Operator
+from ..base import Operator, typed
 from ..epilogue_operator import Fusable
 from ..params import plan_setting
 
@@ -240,11 +240,6 @@ class Convolution2D(Fusable, Operator):
                       + self.epilogue_bytes(operands)))
 
 
-class Convolution2DFloat(Convolution2D):
-    """float32 2-D convolution (cuOP `Convolution2DFloat`)."""
-    dtype = np.dtype(np.float32)
+Convolution2DFloat, Convolution2DDouble = typed(Convolution2D, "Convolution2D", "2-D convolution")
 
 
-class Convolution2DDouble(Convolution2D):
-    """float64 2-D convolution (cuOP `Convolution2DDouble`)."""
-    dtype = np.dtype(np.float64)

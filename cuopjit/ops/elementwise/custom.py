@@ -32,7 +32,7 @@ from ...expr import Program
 from ...expr.tree import BinOp, Call, Neg, walk
 from ...layout import LAYOUTS
 from ...tensor import Tensor
-from ..base import Operator
+from ..base import Operator, typed
 from ..layouts import same_layout
 from . import broadcast, expression
 
@@ -152,11 +152,6 @@ class Elementwise(Operator):
         return float(n * self._ops), float(nbytes)
 
 
-class ElementwiseFloat(Elementwise):
-    """A float32 elementwise program."""
-    dtype = np.dtype(np.float32)
+ElementwiseFloat, ElementwiseDouble = typed(Elementwise, "Elementwise", "elementwise program")
 
 
-class ElementwiseDouble(Elementwise):
-    """A float64 elementwise program."""
-    dtype = np.dtype(np.float64)

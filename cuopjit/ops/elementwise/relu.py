@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 
 from ...layout import LAYOUTS
 from ...tensor import Tensor
 from . import kernels as elementwise
-from ..base import Operator
+from ..base import Operator, typed
 from ..layouts import same_layout
 
 
@@ -40,11 +39,6 @@ class Relu(Operator):
         return float(x.size), 2.0 * x.size * self.dtype.itemsize
 
 
-class ReluFloat(Relu):
-    """float32 ReLU (cuOP `ReluFloat`)."""
-    dtype = np.dtype(np.float32)
+ReluFloat, ReluDouble = typed(Relu, "Relu", "ReLU")
 
 
-class ReluDouble(Relu):
-    """float64 ReLU (cuOP `ReluDouble`)."""
-    dtype = np.dtype(np.float64)

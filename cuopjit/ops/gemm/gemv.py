@@ -32,7 +32,7 @@ from ...target import Target
 from ...tensor import Tensor
 from ..elementwise import kernels as elementwise
 from . import splitk
-from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width
+from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width, typed
 from ..params import ScaledProduct
 from ..choice import kernel_choice
 
@@ -213,11 +213,6 @@ class Gemv(ScaledProduct, Operator):
         return 2.0 * m * n, float((m * n + x.size + y.size * (2 if self._beta else 1)) * self.dtype.itemsize)
 
 
-class GemvFloat(Gemv):
-    """float32 GEMV (cuOP `GemvFloat`)."""
-    dtype = np.dtype(np.float32)
+GemvFloat, GemvDouble = typed(Gemv, "Gemv", "GEMV")
 
 
-class GemvDouble(Gemv):
-    """float64 GEMV (cuOP `GemvDouble`)."""
-    dtype = np.dtype(np.float64)

@@ -30,10 +30,9 @@ from ...tensor import Tensor
 from . import plans as gemm_plans
 from .problem import retarget
 from .. import epilogue
-from ..base import Operator, vector_width
+from ..base import Operator, vector_width, typed
 from ..epilogue_operator import Fusable
 from ..params import plan_setting
-
 
 
 @dataclass(frozen=True)
@@ -228,21 +227,7 @@ class BatchMatMul(MatMul):
                              "3-D [batch, rows, columns] (MatMul takes other ranks)")
 
 
-class MatMulFloat(MatMul):
-    """float32 MatMul (cuOP `MatMulFloat`)."""
-    dtype = np.dtype(np.float32)
+MatMulFloat, MatMulDouble = typed(MatMul, "MatMul", "MatMul")
+BatchMatMulFloat, BatchMatMulDouble = typed(BatchMatMul, "BatchMatMul", "batched MatMul")
 
 
-class MatMulDouble(MatMul):
-    """float64 MatMul (cuOP `MatMulDouble`)."""
-    dtype = np.dtype(np.float64)
-
-
-class BatchMatMulFloat(BatchMatMul):
-    """float32 batched MatMul (cuOP `BatchMatMulFloat`)."""
-    dtype = np.dtype(np.float32)
-
-
-class BatchMatMulDouble(BatchMatMul):
-    """float64 batched MatMul (cuOP `BatchMatMulDouble`)."""
-    dtype = np.dtype(np.float64)

@@ -6,12 +6,11 @@ operand is read where it lies, as the GEMM problem's trans_a / trans_b flipped (
 trans_b GEMM on W as stored), never copied."""
 from __future__ import annotations
 
-import numpy as np
 
 from ...layout import CONTIGUOUS, TRANSPOSED
 from ...tensor import Tensor
 from . import plans as gemm_plans
-from ..base import Operator, vector_width
+from ..base import Operator, vector_width, typed
 from ..epilogue_operator import Fusable
 from ..params import ScaledProduct
 
@@ -91,11 +90,6 @@ class Gemm(Fusable, ScaledProduct, Operator):
                                       * self.dtype.itemsize + self.epilogue_bytes(operands))
 
 
-class GemmFloat(Gemm):
-    """float32 GEMM (cuOP `GemmFloat`)."""
-    dtype = np.dtype(np.float32)
+GemmFloat, GemmDouble = typed(Gemm, "Gemm", "GEMM")
 
 
-class GemmDouble(Gemm):
-    """float64 GEMM (cuOP `GemmDouble`)."""
-    dtype = np.dtype(np.float64)

@@ -18,7 +18,7 @@ from ...run.plan import Family, KernelLaunch, Plan, i32, ptr
 from ...target import Target
 from ...tensor import Tensor
 from . import plans as gemm_plans
-from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width
+from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width, typed
 from .blas_flags import SideUplo, flag, side_operands, square_operand
 from .matmul import retarget
 from ..params import ScaledProduct
@@ -117,11 +117,6 @@ class Symm(SideUplo, ScaledProduct, Operator):
         return 2.0 * m * n * d, float((d * d * 3 + b.size + c.size * (2 if self._beta else 1)) * self.dtype.itemsize)
 
 
-class SymmFloat(Symm):
-    """float32 SYMM (cuOP `SymmFloat`)."""
-    dtype = np.dtype(np.float32)
+SymmFloat, SymmDouble = typed(Symm, "Symm", "SYMM")
 
 
-class SymmDouble(Symm):
-    """float64 SYMM (cuOP `SymmDouble`)."""
-    dtype = np.dtype(np.float64)

@@ -29,7 +29,7 @@ from ...run.plan import Family, KernelLaunch, Plan, i32, i64, ptr, scalar
 from ...target import Target
 from ...tensor import Tensor
 from . import plans as gemm_plans
-from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width
+from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width, typed
 from .blas_flags import SideUplo, flag, side_operands, square_operand
 from .matmul import retarget
 from ..params import plan_setting
@@ -260,12 +260,6 @@ class Trsm(SideUplo, Operator):
         return float(m * n * d), float((d * d // 2 + 2 * b.size + x.size) * self.dtype.itemsize)
 
 
-class TrsmFloat(Trsm):
-    """float32 TRSM (cuOP `TrsmFloat`)."""
-    dtype = np.dtype(np.float32)
+TrsmFloat, TrsmDouble = typed(Trsm, "Trsm", "TRSM")
 
-
-class TrsmDouble(Trsm):
-    """float64 TRSM (cuOP `TrsmDouble`)."""
-    dtype = np.dtype(np.float64)
 

@@ -17,7 +17,7 @@ from ...run.plan import Family, KernelLaunch, Plan, i64, ptr
 from ...target import Target
 from ...layout import CHANNELS_LAST, CONTIGUOUS
 from ...tensor import Tensor
-from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width
+from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width, typed
 from ..layouts import memory_layout
 from . import nhwc
 from .common import GLOBAL_MAX_ITEMS, GLOBAL_THREADS, TEMPLATE, check_tile_size, units
@@ -148,21 +148,8 @@ class GlobalAveragePool2D(GlobalPool2D):
     family = global_family("avg")
 
 
-class GlobalMaxPool2DFloat(GlobalPool2D):
-    """float32 global max pooling (cuOP `GlobalMaxPool2DFloat`)."""
-    dtype = np.dtype(np.float32)
+GlobalMaxPool2DFloat, GlobalMaxPool2DDouble = typed(GlobalPool2D, "GlobalMaxPool2D", "global max pooling")
+GlobalAveragePool2DFloat, GlobalAveragePool2DDouble = typed(
+    GlobalAveragePool2D, "GlobalAveragePool2D", "global average pooling")
 
 
-class GlobalMaxPool2DDouble(GlobalPool2D):
-    """float64 global max pooling (cuOP `GlobalMaxPool2DDouble`)."""
-    dtype = np.dtype(np.float64)
-
-
-class GlobalAveragePool2DFloat(GlobalAveragePool2D):
-    """float32 global average pooling (cuOP `GlobalAveragePool2DFloat`)."""
-    dtype = np.dtype(np.float32)
-
-
-class GlobalAveragePool2DDouble(GlobalAveragePool2D):
-    """float64 global average pooling (cuOP `GlobalAveragePool2DDouble`)."""
-    dtype = np.dtype(np.float64)

@@ -16,7 +16,7 @@ from ...run.plan import Family, KernelLaunch, Plan, i32, i64, ptr
 from ...target import Target
 from ...layout import CHANNELS_LAST, CONTIGUOUS
 from ...tensor import Tensor
-from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width
+from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width, typed
 from ..layouts import same_layout
 from . import nhwc
 from .common import DEFAULT_THREADS, OPT_VECTORS, TEMPLATE, check_tile_size, units
@@ -200,21 +200,7 @@ class AveragePool2D(Pool2D):
     family = window_family("avg")
 
 
-class MaxPool2DFloat(Pool2D):
-    """float32 max pooling (cuOP `MaxPool2DFloat`)."""
-    dtype = np.dtype(np.float32)
+MaxPool2DFloat, MaxPool2DDouble = typed(Pool2D, "MaxPool2D", "max pooling")
+AveragePool2DFloat, AveragePool2DDouble = typed(AveragePool2D, "AveragePool2D", "average pooling, padding counted")
 
 
-class MaxPool2DDouble(Pool2D):
-    """float64 max pooling (cuOP `MaxPool2DDouble`)."""
-    dtype = np.dtype(np.float64)
-
-
-class AveragePool2DFloat(AveragePool2D):
-    """float32 average pooling, padding counted (cuOP `AveragePool2DFloat`)."""
-    dtype = np.dtype(np.float32)
-
-
-class AveragePool2DDouble(AveragePool2D):
-    """float64 average pooling, padding counted (cuOP `AveragePool2DDouble`)."""
-    dtype = np.dtype(np.float64)

@@ -28,7 +28,7 @@ from ...run.plan import Family, KernelLaunch, Plan, i32, i64, ptr, scalar
 from ...target import Target
 from ...tensor import Tensor
 from . import common as rows
-from ..base import HALF_DTYPES, Operator, compute_dtype, dtype_tag, scalar_t, storage_t, vector_width
+from ..base import HALF_DTYPES, Operator, compute_dtype, dtype_tag, scalar_t, storage_t, vector_width, typed
 from ..params import non_negative_eps, plan_setting
 
 TEMPLATE = "rows/layernorm.cu.jinja"
@@ -241,21 +241,7 @@ class LayerNorm(Operator):
         return 8.0 * x.size, float((2 * x.size + params) * self.dtype.itemsize)
 
 
-class LayerNormFloat(LayerNorm):
-    """float32 layer norm (cuOP `LayerNormFloat`)."""
-    dtype = np.dtype(np.float32)
+LayerNormFloat, LayerNormDouble, LayerNormHalf, LayerNormBFloat16 = typed(
+    LayerNorm, "LayerNorm", "layer norm (gamma and beta in x's dtype)", ("float32", "float64", "float16", "bfloat16"))
 
 
-class LayerNormDouble(LayerNorm):
-    """float64 layer norm (cuOP `LayerNormDouble`)."""
-    dtype = np.dtype(np.float64)
-
-
-class LayerNormHalf(LayerNorm):
-    """float16 layer norm, computed in float32; gamma and beta float16 too (cuOP naming: `LayerNormHalf`)."""
-    dtype = np.dtype(np.float16)
-
-
-class LayerNormBFloat16(LayerNorm):
-    """bfloat16 layer norm, computed in float32; gamma and beta bfloat16 too."""
-    dtype = np.dtype("bfloat16")

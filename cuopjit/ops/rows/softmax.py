@@ -38,7 +38,7 @@ from ...run.plan import Family, KernelLaunch, Plan, i32, i64, ptr
 from ...target import Target
 from ...tensor import Tensor
 from . import common as rows
-from ..base import HALF_DTYPES, Operator, cdiv, compute_dtype, dtype_tag, scalar_t, storage_t, vector_width
+from ..base import HALF_DTYPES, Operator, cdiv, compute_dtype, dtype_tag, scalar_t, storage_t, vector_width, typed
 
 TEMPLATE = "rows/softmax.cu.jinja"
 # Stream-kernel table per itemsize (rows.plan_rows): (max row length, threads, blocks per SM, vectors in
@@ -227,21 +227,7 @@ class Softmax(Operator):
         return 5.0 * x.size, 2.0 * x.size * self.dtype.itemsize
 
 
-class SoftmaxFloat(Softmax):
-    """float32 softmax (cuOP `SoftmaxFloat`)."""
-    dtype = np.dtype(np.float32)
+SoftmaxFloat, SoftmaxDouble, SoftmaxHalf, SoftmaxBFloat16 = typed(
+    Softmax, "Softmax", "softmax", ("float32", "float64", "float16", "bfloat16"))
 
 
-class SoftmaxDouble(Softmax):
-    """float64 softmax (cuOP `SoftmaxDouble`)."""
-    dtype = np.dtype(np.float64)
-
-
-class SoftmaxHalf(Softmax):
-    """float16 softmax, computed in float32 (cuOP naming: `SoftmaxHalf`)."""
-    dtype = np.dtype(np.float16)
-
-
-class SoftmaxBFloat16(Softmax):
-    """bfloat16 softmax, computed in float32."""
-    dtype = np.dtype("bfloat16")

@@ -1,17 +1,12 @@
 """A planned group as a callable on torch CUDA tensors: its head kernel (with the tail as its epilogue where
 epilogues.fit allows), else the head and then its elementwise program.
 
-`build(group, ctx, launch, tf32)` gives a `Kernel` and the FX nodes it takes at run time. Each
-kernel owns its cuopjit operators (one per group: their plan memos make every later call warm),
-holds its weights from compile time (a conv's with any BatchNorm folded in, in float64 through
-cuopjit.fold_batchnorm, then rounded once) and writes into outputs it allocates with torch.empty
-(the shapes are static, known from the graph's fake values), so torch's caching allocator and CUDA
-graph pools serve them. Layouts follow torch eager: an output is allocated in the memory format the
-graph's fake value has (channels_last after a channels_last conv), operands are passed as they lie
-(contiguous, channels_last, transposed), and where an operator refuses a layout (layouts.Operands) the
-kernel copies to contiguous from then on. Every launch goes to `launch.stream`, the stream the graph
-runs on. float32 products run on tensor cores (TF32) when `tf32` allows it, as torch's own flags do
-for cuBLAS / cuDNN.
+`build(group, ctx, launch, tf32)` gives a `Kernel` and the FX nodes it takes at run time. Each kernel owns
+its operators (warm plan memos), holds its weights from compile time (a conv's with BatchNorm folded in
+float64 by cuopjit.fold_batchnorm, rounded once) and writes into torch.empty outputs of the graph's static
+shapes, in the memory format eager would give them. Operands go as they lie (contiguous, channels_last,
+transposed); where an operator refuses a layout (layouts.Operands) the kernel copies to contiguous from then
+on. Launches go to `launch.stream`; float32 products run as TF32 when `tf32` allows, as torch's flags do.
 """
 from __future__ import annotations
 
@@ -22,6 +17,7 @@ import numpy as np
 import torch
 import torch.fx as fx
 
+from .. import layout
 from ..config import DEFAULT as DEFAULT_SETTINGS, JITConfig
 from ..jit import JITBatchMatMulFloat, JITConvolution2DFloat, JITGemmFloat, JITMatMulFloat
 from ..ops import FAMILIES
@@ -66,7 +62,7 @@ def _array(shape: tuple[int, ...], dtype: torch.dtype) -> np.ndarray:
 
 
 def _nhwc(shape: tuple[int, ...]) -> tuple[int, ...]:
-    return (shape[0], shape[2], shape[3], shape[1]) if len(shape) == 4 else shape
+    return layout.storage_shape(shape, layout.CHANNELS_LAST) if len(shape) == 4 else shape
 
 
 class Head:
@@ -135,13 +131,12 @@ class Head:
         self.keep.append(w)
         return f"{type(self.op).__name__}(x @ Wᵀ)"
 
-    def _matmul(self, group: Group, ctx: Context, a: dict, tf32: dict[str, bool]) -> str:
-        self.run, self.op = _make("matmul", self.dtype, tensor_cores=self._tf32(tf32))
+    def _matmul(self, group: Group, ctx: Context, a: dict, tf32: dict[str, bool], family: str = "matmul") -> str:
+        self.run, self.op = _make(family, self.dtype, tensor_cores=self._tf32(tf32))
         return type(self.op).__name__
 
     def _bmm(self, group: Group, ctx: Context, a: dict, tf32: dict[str, bool]) -> str:
-        self.run, self.op = _make("batchmatmul", self.dtype, tensor_cores=self._tf32(tf32))
-        return type(self.op).__name__
+        return self._matmul(group, ctx, a, tf32, "batchmatmul")
 
     _baddbmm = _bmm
 
@@ -202,8 +197,7 @@ class Head:
         return y
 
     def __call__(self, *xs: torch.Tensor) -> torch.Tensor:
-        """The head on its inputs; with an epilogue, its run-time operands follow them (in Epilogue.runtime's
-        order)."""
+        """The head on its inputs; with an epilogue, its run-time operands follow (Epilogue.runtime's order)."""
         operands = {}
         if not isinstance(self.epilogue, str):
             n = len(xs) - len(self.epilogue.runtime)
@@ -293,8 +287,7 @@ def build(group: Group, ctx: Context, launch: Launch, tf32: dict[str, bool]) -> 
             return kernel, inputs + runtime
         samples.append(head.sample([shape(n) for n in inputs], []))
     program = render(group, ctx)
-    tail = None
-    n = len(inputs)
+    tail, n = None, len(inputs)
     if program is not None:
         tail = Tail(program, group, ctx, launch)
         runtime = [node for _, node in program.runtime]

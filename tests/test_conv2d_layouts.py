@@ -67,7 +67,7 @@ def test_pointwise_channels_last_layers_run_as_one_gemm(fields, first):
 
 
 @pytest.mark.parametrize("layer, fields, first", [
-    ((1024, 14, 256), {"enable_tensor_core": True}, "wgmma_t128x128_b16x8"),   # GEMM under one wave, C >= 1024
+    ((1024, 14, 256), {"enable_tensor_core": True}, "wgmma_t128x104_b14x7"),   # GEMM under one wave, C >= 1024
     ((128, 28, 512), {"enable_tensor_core": True}, "gemm_wgmma_t128x256x32"),  # ranked: least rounds x area / rate
     ((256, 14, 1024), {"precision": "3xtf32"}, "gemm_wgmma_t128x128x32"),      # wide 3xTF32: the GEMM's split pays
     ((64, 56, 64), {}, "gemm_t128x64x16_r8x8"),                                # SIMT, 64 channels: 128 x 64
@@ -79,11 +79,11 @@ def test_pointwise_picks_follow_the_measured_rules(layer, fields, first):
 
 
 def test_wgmma_pixel_tiles_fill_the_last_wave():
-    tf32 = make_config(enable_tensor_core=True).snapshot()   # 14 x 14 outputs: QN 256 leaves 64 tiles for 132 SMs
-    assert [c.qn for c in ck.FAMILY.choices(P("float32", 32, 256, 14, 14, 256, 3, 3, ph=1, pw=1, **NHWC), tf32,
-                                            SM90)][:1] == [128]
-    assert ck.FAMILY.choices(P("float32", 32, 256, 28, 28, 256, 3, 3, 2, 2, 1, 1, **NHWC), tf32, SM90)[0].qn == 128
-    assert ck.FAMILY.choices(P("float32", 32, 512, 28, 28, 1024, 1, 1, 2, 2, **NHWC), tf32, SM90)[0].qn == 256
+    tf32 = make_config(enable_tensor_core=True).snapshot()   # 14 x 14 outputs: QN 200 (one image) leaves 64 tiles
+    assert [c.label[:20] for c in ck.FAMILY.choices(P("float32", 32, 256, 14, 14, 256, 3, 3, ph=1, pw=1, **NHWC),
+                                                    tf32, SM90)][:1] == ["wgmma_t128x104_b14x7"]   # for 132 SMs
+    assert ck.FAMILY.choices(P("float32", 32, 256, 28, 28, 256, 3, 3, 2, 2, 1, 1, **NHWC), tf32, SM90)[0].qn == 104
+    assert ck.FAMILY.choices(P("float32", 32, 512, 28, 28, 1024, 1, 1, 2, 2, **NHWC), tf32, SM90)[0].qn == 200
 
 
 def test_the_gemm_route_carries_bias_relu_and_user_epilogues_over():

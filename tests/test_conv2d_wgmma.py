@@ -130,7 +130,7 @@ def test_every_wgmma_build_compiles_for_sm90a_without_spills():
 def test_a_build_the_kernel_cannot_take_says_what_to_choose():
     bad = dataclasses.replace(cw.build(2, 128, 32, SM90, split=True), qn=256)
     with pytest.raises(ValueError, match=r"wgmma tile 128x256 \(box 32\): choose tile_size 128 or 64 and "
-                                         r"block_size 256 or 384"):
+                                         r"block_size 256 \(one consumer\) or 0"):
         cw.plan(SEED_LAYER, bad, SM90)
 
 
@@ -178,9 +178,9 @@ def _run(rng, layer, fields, x=None, wt=None, b=None):
 @pytest.mark.parametrize("mode", list(MODES))
 def test_wgmma_matches_numpy(rng, mode, layer):
     fields, floor = MODES[mode]
-    # a named block_size keeps the wgmma kernel where a handful of tiles would hand the layer to the k-sliced
-    # mma.sync kernel (test_conv2d_layouts.py covers that one)
-    err, name, _ = _run(rng, layer, {**fields, "block_size": 256 if layer[4] <= 64 else 384})
+    # a named block_size / tile_size keeps the wgmma kernel where a handful of tiles would hand the layer to the
+    # k-sliced mma.sync kernel (test_conv2d_layouts.py covers that one)
+    err, name, _ = _run(rng, layer, {**fields, **({"block_size": 256} if layer[4] <= 64 else {"tile_size": 64})})
     assert "wgmma" in name, name
     taps = layer[1] * layer[5] * layer[6]
     assert err <= 2 * np.finfo(np.float32).eps * (taps + 2) + floor, f"{mode} {layer}: error {err:.3g} ({name})"

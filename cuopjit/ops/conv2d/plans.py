@@ -6,8 +6,9 @@ planned by the GEMM family (gemm_route.py: no im2col, no copy, nothing packed): 
 3xTF32, where the GEMM would split both operands per call (the convolution kernels split the weight once), and
 where the GEMM's wgmma grid is small (batch 1) and the k-sliced implicit GEMM below fills the GPU.
 On sm_90, float32 tensor-core work (TF32 or 3xTF32) on layers of one group (strides up to 8) goes to the wgmma
-kernel (wgmma.py: TMA reads a channels_last x as it is, an NCHW x through an NHWC copy) where its `why_not`
-allows and tile_size / block_size are ones it builds; the rest runs as below. The implicit GEMM (the weight
+kernel (wgmma.py: TMA reads a channels_last x as it is, an NCHW x through an NHWC copy; boxes.py: its pixel
+boxes) where its `why_not` allows and tile_size / block_size are ones it builds; the rest runs as below. The
+implicit GEMM (implicit.py: its tiles and thread layouts; the weight
 packed into a zero-padded [G][K][M] buffer, then one launch: M = output channels per group, N = output
 pixels, K = Cg * kh * kw, the input addressed through an operand iterator, no im2col buffer) and, for layers
 with fewer than DIRECT_BELOW output channels per group (depthwise), a direct kernel. A plan that packs the
@@ -20,7 +21,8 @@ each JITConfig field changes the code:
                     mma.sync (float32 as TF32). "simple": SIMT, by default on 16 x 16 tiles.
                     direct kernel: "simple" = one output per thread, others DIRECT_OPT adjacent outputs
     tile_size       implicit GEMM: BM = BN = 16, 32, 64 or 128 (0: the largest of 128, 64, 32 that
-                    wastes at most a quarter of its rows on missing channels and gives every SM a block)
+                    wastes at most a quarter of its rows on missing channels and gives every SM a block;
+                    float32 SIMT windows on small images: an evenly spread 8 x 8 thread tile, implicit.py)
                     direct kernel: does not apply (outputs per thread follow kernel_type)
     block_size      threads per block (0: the tile's default; direct kernel 256). Implicit GEMM: it
                     fixes the SIMT thread tile or the mma warp layout; a value the tile cannot take
@@ -52,33 +54,18 @@ from ...target import Target
 from .. import epilogue
 from ..base import cdiv, dtype_tag, scalar_t, vector_width
 from ..gemm.plans import uses_tensor_cores
-from . import gemm_route, splitk, wgmma as conv2d_wgmma
+from . import gemm_route, implicit, splitk, wgmma as conv2d_wgmma
+from .implicit import k_order
 from .problem import ConvChoice, ConvPlan, ConvProblem, problems
-from .shapes import BLOCKS, TILES, TUNED, WIDE, derive, valid_threads, why_not
+from .shapes import TILES, why_not
 
 TEMPLATE, DIRECT_TEMPLATE = "conv2d/conv2d.cu.jinja", "conv2d/conv2d_direct.cu.jinja"
 DIRECT_BELOW = 8          # output channels per group under which the direct kernel runs
 DIRECT_OPT = 4            # adjacent outputs per thread of the direct kernel
-SMALL_OUTPUT = 1 << 23    # float32 SIMT windows with at most this many outputs (ResNet's 3x3 at <= 28^2) take 64 x 64
 FEW_TILES = 0.25          # a wgmma grid of fewer tiles than this many per SM yields to the k-sliced mma.sync kernel
 _PAD = {("float32", False): 4, ("float64", False): 2, ("float32", True): 8, ("float64", True): 4}
 UNITS = {("float32", False): "FP32 cores (SIMT)", ("float64", False): "FP64 cores (SIMT)",
          ("float32", True): "TF32 tensor cores (mma.sync)", ("float64", True): "FP64 tensor cores (DMMA mma.sync)"}
-
-
-def _auto_tile(problem: ConvProblem, cfg: ConfigSnapshot, mma: bool, target: Target) -> int:
-    """The largest tile that wastes at most a quarter of its rows and still gives every SM a block."""
-    fits = [t for t in TILES if not cfg.block_size or cfg.block_size in valid_threads(problem.dtype, mma, t)]
-    if not fits:
-        raise ValueError(f"Convolution2D block_size={cfg.block_size} fits no tile: choose one of "
-                         f"{', '.join(map(str, BLOCKS))} or 0 (auto)")
-    if cfg.kernel_type == "simple":
-        return fits[0]
-    npix = problem.n * problem.oh * problem.ow
-    good = [t for t in (128, 64, 32, 16) if t in fits and cdiv(problem.kg, t) * t <= 1.25 * problem.kg] or \
-           [t for t in (32, 64, 128, 16) if t in fits][:1]
-    return next((t for t in good if cdiv(problem.kg, t) * cdiv(npix, t) * problem.groups >= target.sm_count),
-                good[-1])
 
 
 def choices(problem: ConvProblem, cfg: ConfigSnapshot, target: Target) -> list:
@@ -128,57 +115,13 @@ def _conv_choices(problem: ConvProblem, cfg: ConfigSnapshot, target: Target) -> 
         if cfg.tile_size or cfg.block_size or conv2d_wgmma.tiles(problem, found[0]) >= FEW_TILES * target.sm_count:
             return found
         # A handful of persistent tiles (batch 1, small images): the mma.sync kernel's k-slices fill the GPU.
-        sliced = _implicit(problem, cfg, target, True, split)
+        sliced = implicit.choices(problem, cfg, target, True, split)
         return sliced + found if sliced[0].split_k > 1 else found + sliced
     if problem.kg < DIRECT_BELOW:   # exact FMAs: every precision holds
         return [ConvChoice(None, cfg.block_size or 256, 1 if cfg.kernel_type == "simple" else DIRECT_OPT,
                            unroll=cfg.enable_loop_unroll, coalesce=cfg.enable_memory_coalescing,
                            opts=pipeline.compile_opts(cfg))]
-    return _implicit(problem, cfg, target, mma, split)
-
-
-def _implicit(problem: ConvProblem, cfg: ConfigSnapshot, target: Target, mma: bool, split: bool) -> list[ConvChoice]:
-    """The implicit GEMM's choices: the tile cfg names or the heuristic's, k-sliced where its grid is small."""
-    switches = {"unroll": cfg.enable_loop_unroll, "coalesce": cfg.enable_memory_coalescing,
-                "opts": pipeline.compile_opts(cfg)}
-    tile = cfg.tile_size or _auto_tile(problem, cfg, mma, target)
-    wide = WIDE[problem.dtype, mma]
-    npix = problem.n * problem.oh * problem.ow
-    free = not cfg.tile_size and not cfg.block_size and cfg.kernel_type != "simple"
-    if (free and not mma and problem.dtype == "float32" and problem.kh * problem.kw > 1 and problem.cg >= 64
-            and npix * problem.kg <= SMALL_OUTPUT):
-        shape = TUNED["float32", False][1]    # 64 x 64 x 16: 16-deep k-tiles (H100 ResNet 3x3: 0.76-0.97x before)
-    elif free and tile == wide.bm and cdiv(problem.kg, wide.bm) * cdiv(npix, wide.bn) * problem.groups >= target.sm_count:
-        shape = wide
-    else:
-        threads = cfg.block_size or TUNED[problem.dtype, mma][TILES[::-1].index(tile)].threads
-        shape = derive(problem.dtype, mma, tile, threads)
-    if shape is None:
-        kind = f"{problem.dtype} {'mma.sync' if mma else 'SIMT'}"
-        raise ValueError(f"Convolution2D tile_size={tile} cannot run with block_size={threads} in the {kind} "
-                         f"kernel: choose block_size {', '.join(map(str, valid_threads(problem.dtype, mma, tile)))}")
-    # With tile and block left free, the other default shapes of the same kernel are auto-tuning candidates.
-    found = [shape] + ([s for s in (wide, *TUNED[problem.dtype, mma][:2]) if s != shape] if free else [])
-    made = [ConvChoice(s, s.threads, pad=cfg.enable_shared_memory_opt, split=split, **switches) for s in found]
-    if not free:
-        return made
-    # Too few tiles to fill the GPU: the 64 tile (where the heuristic fell to a smaller one) in k-slices first;
-    # the unsplit builds stay candidates.
-    sliced = shape if shape.bm >= 64 else TUNED[problem.dtype, mma][1]
-    slices = splitk.slices(problem, sliced, k_order(problem, sliced.bk)[2], target)
-    if slices > 1:
-        made.insert(0, ConvChoice(sliced, sliced.threads, pad=cfg.enable_shared_memory_opt, split=split,
-                                  split_k=slices, **switches))
-    return made
-
-
-def k_order(problem: ConvProblem, bk: int) -> tuple[str, int, int]:
-    """(order, channel chunks per tap, k-tiles): "chunk" unless chunks of bk channels waste > 1/8 of the k-tiles."""
-    taps, cg = problem.kh * problem.kw, problem.cg
-    chunked, flat = taps * cdiv(cg, bk), cdiv(cg * taps, bk)
-    if chunked * 8 <= flat * 9:
-        return "chunk", cdiv(cg, bk), chunked
-    return "flat", 0, flat
+    return implicit.choices(problem, cfg, target, mma, split)
 
 
 def _window(problem: ConvProblem) -> dict:

@@ -14,10 +14,13 @@ kernel 2.23 ms instead of 1.80 ms, copy 0.31 instead of 0.48 ms; ResNet's 1x1 25
 (CPAD = 32-multiple), a channels_last x with C a multiple of 4, and a pixel tile that wastes at most
 MAX_WASTE of the output; the others stay on the mma.sync kernel.
 
-How JITConfig reaches this kernel: tile_size 0 lets the heuristic choose the pixel tile QN (`score`: the
+Pixel boxes: boxes.py (BW x BH pixels of one image with BW a multiple of 8, or for a channels_last y exact
+boxes: whole output rows or several whole images, QN their pixels rounded up to 8).
+
+How JITConfig reaches this kernel: tile_size 0 lets the heuristic choose the pixel box (`score`: the
 last wave's fill, the padded pixels and the tile's own rate; 256 for TF32 and 128 for 3xTF32 on large images),
-64 / 128 name it; block_size 0 or 384 runs two consumer
-warpgroups (128 output channels per tile; 0 takes one for layers of <= 64 channels), 256 one (64); TF32
+64 / 128 name QN (boxes of whole 8-column groups); block_size 0 runs two consumer warpgroups (128 output
+channels per tile; one for layers of <= 64 channels), 256 one (64), as the GEMM family's; TF32
 on NCHW input runs here only where out_channels * kh * kw >= MIN_WORK (else mma.sync is faster than the copy);
 precision "3xtf32" the split products;
 enable_loop_unroll the prepass loops; enable_shared_memory_opt the transpose tile's row padding;
@@ -33,6 +36,7 @@ from ...target import Target
 from .. import epilogue
 from ..base import cdiv
 from ..gemm.wgmma import Warpgroups, staging_bytes
+from .boxes import ONE_CONSUMER_QN, Box, box, candidates, count, score, waste
 from .problem import ConvPlan
 
 TEMPLATE = "conv2d/conv2d_wgmma.cu.jinja"
@@ -42,9 +46,8 @@ MIN_WORK = 128             # TF32 runs here when out_channels * kh * kw >= this:
                            # then feeds >= 256 flops (ResNet's 1x1 256 -> 64: 64, faster on mma.sync)
 LO_COPY_WORK = 512         # 3xTF32 with a lo copy of the input from this out_channels * kh * kw / strides
 MAX_WASTE = 2.0             # computed pixels / output pixels at most this (else the mma.sync kernel)
-SIZE = {False: {256: 1.0, 128: 0.95, 64: 0.85}, True: {128: 1.0, 64: 0.8}}   # relative rate of each pixel tile
 WIDTHS = {False: (256, 128, 64), True: (128, 64)}   # pixel tiles QN (3xTF32: acc + total in registers)
-BLOCKS = {0: 2, 384: 2, 256: 1}                     # block_size -> consumer warpgroups
+BLOCKS = {0: 2, 256: 1}                             # block_size -> consumer warpgroups
 REGS = {2: 232, 1: 240}                             # setmaxnreg of the consumers
 MAP_BYTES = 512                                     # up to three 128-byte tensor maps per block
 UNITS = {False: "TF32 tensor cores (wgmma)", True: "TF32 tensor cores, 3 products (wgmma 3xTF32)"}
@@ -64,10 +67,17 @@ class WgmmaConvChoice(Warpgroups):
     pad: bool = True
     coalesce: bool = True
     opts: pipeline.CompileOpts = pipeline.DEFAULT_OPTS
+    bh: int = 0         # box rows (0: qn // bw)
+    imgs: int = 1       # images per box (boxes.py's exact boxes)
+
+    @property
+    def pixel_box(self) -> Box:
+        return Box(self.qn, self.bw, self.bh or self.qn // self.bw, self.imgs)
 
     @property
     def label(self) -> str:
-        return (f"wgmma_t{self.pm}x{self.qn}_b{self.bw}x{self.qn // self.bw}_s{self.stages}"
+        return (f"wgmma_t{self.pm}x{self.qn}_b{self.bw}x{self.pixel_box.bh}"
+                + (f"x{self.imgs}" if self.imgs > 1 else "") + f"_s{self.stages}"
                 + ("_3xtf32" if self.split else "") + ("_locopy" if self.lo_copy else "")
                 + ("" if self.coalesce else "_scalar")
                 + ("" if self.pad else "_nopad") + ("" if self.unroll else "_nounroll"))
@@ -76,19 +86,6 @@ class WgmmaConvChoice(Warpgroups):
 def cpad(problem) -> int:
     """Channels of the NHWC copy: a multiple of BK (one 128-byte swizzle row per pixel and k-tile)."""
     return cdiv(problem.c, BK) * BK
-
-
-def box(problem, qn: int) -> tuple[int, float] | None:
-    """(BW, waste) of the pixel box of qn pixels that computes the fewest pixels, the widest on ties
-    (None: no box; a TMA box spans at most 256 elements, BW * stride_w and BH * stride_h)."""
-    best = None
-    for bw in (256, 128, 64, 32, 16, 8):
-        if bw > qn or bw * problem.sw > 256 or qn // bw * problem.sh > 256:
-            continue
-        waste = cdiv(problem.ow, bw) * bw * cdiv(problem.oh, qn // bw) * (qn // bw) / (problem.ow * problem.oh)
-        if best is None or waste < best[1] - 1e-9:
-            best = (bw, waste)
-    return best
 
 
 def why_not(problem, target: Target) -> str | None:
@@ -121,19 +118,9 @@ def applies(problem, cfg, target: Target, split: bool) -> bool:
             and (split or problem.x_nhwc or problem.k * problem.kh * problem.kw >= MIN_WORK))
 
 
-def score(problem, qn: int, box_: tuple[int, float], consumers: int, split: bool, target: Target) -> float:
-    """How well a pixel tile of qn pixels (box BW, waste) serves this layer: the last wave's fill x the useful share
-    of the computed pixels x the tile width's own rate (SIZE). H100, ResNet-50 at batch 32: within 5% of the best
-    tile on every layer but one (3x3 64 -> 64 at 56^2, 3xTF32: QN 128 5% behind QN 64)."""
-    bw, waste = box_
-    t = cdiv(problem.k, 64 * consumers) * cdiv(problem.ow, bw) * cdiv(problem.oh, qn // bw) * problem.n
-    return t / (cdiv(t, target.sm_count) * target.sm_count) / waste * SIZE[split][qn]
-
-
 def tiles(problem, choice: WgmmaConvChoice) -> int:
-    """Block tiles of the persistent grid: channel tiles x pixel boxes x images."""
-    return (cdiv(problem.k, choice.pm) * cdiv(problem.ow, choice.bw) * cdiv(problem.oh, choice.qn // choice.bw)
-            * problem.n)
+    """Block tiles of the persistent grid: channel tiles x pixel boxes."""
+    return cdiv(problem.k, choice.pm) * count(problem, choice.pixel_box)
 
 
 def smem_bytes(consumers: int, qn: int, stages: int, split: bool, staged: bool = False) -> int:
@@ -144,20 +131,22 @@ def smem_bytes(consumers: int, qn: int, stages: int, split: bool, staged: bool =
 
 
 def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaConvChoice]:
-    """The named or heuristic build first; with tile and block free, the other pixel tiles follow."""
+    """The named or heuristic build first; with tile and block free, the other pixel boxes follow (boxes.py: the
+    exact ones where y is channels_last and tile_size is free)."""
     consumers = BLOCKS[cfg.block_size] if cfg.block_size else (1 if problem.k <= 64 else 2)
     widths = [q for q in WIDTHS[split] if not cfg.tile_size or q == cfg.tile_size]
-    boxes = {q: box(problem, q) or (0, MAX_WASTE + 1) for q in widths}
-    fits = [q for q in widths if boxes[q][1] <= MAX_WASTE] or [min(widths, key=lambda q: boxes[q][1])]
-    order = sorted(fits, key=lambda q: -score(problem, q, boxes[q], consumers, split, target))
+    found = candidates(problem, widths, problem.y_nhwc and not cfg.tile_size,
+                       ONE_CONSUMER_QN if consumers == 1 else 0)
+    fits = [b for b in found if waste(problem, b) <= MAX_WASTE] or [min(found, key=lambda b: waste(problem, b))]
+    order = sorted(fits, key=lambda b: -score(problem, b, consumers, split, target.sm_count))
     lo_copy = (split and not problem.x_nhwc
                and problem.k * problem.kh * problem.kw >= LO_COPY_WORK * problem.sh * problem.sw)
     switches = {"split": split, "lo_copy": lo_copy, "unroll": cfg.enable_loop_unroll,
                 "pad": cfg.enable_shared_memory_opt,
                 "coalesce": cfg.enable_memory_coalescing, "opts": pipeline.compile_opts(cfg)}
     free = not cfg.tile_size and not cfg.block_size
-    return [build(consumers, q, boxes[q][0], target, staged=bool(problem.epilogue), **switches)
-            for q in (order if free else order[:1])]
+    return [build(consumers, b.qn, b.bw, target, staged=bool(problem.epilogue), bh=b.bh, imgs=b.imgs, **switches)
+            for b in (order if free else order[:1])]
 
 
 def build(consumers: int, qn: int, bw: int, target: Target, split: bool, staged: bool = False,
@@ -167,6 +156,20 @@ def build(consumers: int, qn: int, bw: int, target: Target, split: bool, staged:
     return WgmmaConvChoice(consumers, qn, bw, fit[-1], split=split, **switches)
 
 
+def _check(problem, c: WgmmaConvChoice) -> None:
+    """The build's limits (the template's static_asserts), as one error saying what to choose."""
+    b, top = c.pixel_box, max(WIDTHS[c.split])
+    if (c.qn % 8 or not b.pixels <= c.qn < b.pixels + 8 or c.qn > top or c.bw * problem.sw > 256
+            or b.bh * problem.sh > 256 or c.imgs > 256 or c.imgs > 1 and (c.bw, b.bh) != (problem.ow, problem.oh)
+            or c.consumers not in (1, 2) or c.lo_copy and not c.split or c.lo_copy and problem.x_nhwc):
+        raise ValueError(f"Convolution2D wgmma tile {c.pm}x{c.qn} (box {c.bw}{', lo copy' if c.lo_copy else ''}): "
+                         f"choose tile_size {' or '.join(map(str, WIDTHS[c.split]))} and block_size 256 (one consumer) or 0")
+    if not b.nchw and (not problem.y_nhwc or c.bw != problem.ow and (c.bw % 2 or c.imgs > 1)):
+        raise ValueError(f"Convolution2D wgmma pixel box {c.bw}x{b.bh}x{c.imgs} (QN {c.qn}) takes whole output rows "
+                         f"({problem.ow} columns) or an even part of them, of a channels_last y only: choose "
+                         "tile_size 64 or 128")
+
+
 def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
     """Weight pack, NHWC conversion (NCHW input only) and the persistent wgmma launch; workspace: the maps, the
     input copies, then the packed weight (problem.ConvPlan: an operator packs it once, into memory it keeps)."""
@@ -174,12 +177,9 @@ def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
     if reason:
         raise ValueError(f"Convolution2D cannot run on the wgmma kernel: {reason}")
     p, c = problem, choice
-    if (c.qn not in WIDTHS[c.split] or c.qn % c.bw or c.consumers not in (1, 2) or c.lo_copy and not c.split
-            or c.lo_copy and p.x_nhwc):
-        raise ValueError(f"Convolution2D wgmma tile {c.pm}x{c.qn} (box {c.bw}{', lo copy' if c.lo_copy else ''}): "
-                         f"choose tile_size {' or '.join(map(str, WIDTHS[c.split]))} and block_size 256 or 384")
+    _check(p, c)
     cp = cpad(p)
-    grid = min(cdiv(p.k, c.pm) * cdiv(p.ow, c.bw) * cdiv(p.oh, c.qn // c.bw) * p.n, target.sm_count)
+    grid = min(tiles(p, c), target.sm_count)
     wsize = p.k * p.kh * p.kw * cp * 4
     xsize = 0 if p.x_nhwc else p.n * p.h * p.w * cp * 4
     offs, top = [], cdiv(grid * MAP_BYTES, 1024) * 1024
@@ -208,7 +208,8 @@ def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
                                      (ptr(0), *x_parts, i32(p.c), i32(cp), i32(p.h), i32(p.w)),
                                      units="DRAM (NCHW -> NHWC copy)"))
     vec = 2 if c.coalesce and p.aligned and p.ow % 2 == 0 and not p.y_nhwc else 1
-    params = {**window, "kernel": "conv", "QN": c.qn, "BW": c.bw, "STAGES": c.stages, "CONSUMERS": c.consumers,
+    params = {**window, "kernel": "conv", "QN": c.qn, "BW": c.bw, "BH": c.pixel_box.bh, "IMGS": c.imgs,
+              "FULL_ROWS": p.y_nhwc and c.bw == p.ow, "STAGES": c.stages, "CONSUMERS": c.consumers,
               "LO_COPY": c.lo_copy, "SH": p.sh, "SW": p.sw, "PH": p.ph, "PW": p.pw, "DH": p.dh, "DW": p.dw,
               "bias": p.bias, "relu": p.relu, "VEC_OUT": vec, "CONSUMER_REGS": REGS[c.consumers],
               "Y_NHWC": p.y_nhwc}

@@ -1,11 +1,20 @@
-"""Softmax and LayerNorm in float16 and bfloat16 (issue 24) against PyTorch, as a fraction of the copy bandwidth.
+"""The memory-bound operators in float16 and bfloat16 (issue 24) against PyTorch, as a fraction of the copy bandwidth:
+Softmax and LayerNorm, and on ResNet's 32 x 256 x 56 x 56 activation in NCHW and channels_last: ReLU, the
+elementwise tail of a residual block (relu(x * scale + shift + r), per-channel scale and shift), BatchNorm
+(inference and training, 16-bit parameters), max pool 3x3/2 (padding 1) and global average pool.
 
-Each workload is timed against torch's own op on the same tensors (torch.softmax, F.layer_norm: float32 inside,
-16-bit in and out, as ours) in alternating rounds (mb_common.time_pair), in the same process as a 1 GiB torch
-`copy_` that gives the device's copy bandwidth. "bytes" counts x read once and y written once (+ gamma and beta),
-2 bytes each. Goal of issue 24: >= 93% of the copy bandwidth.
+Each workload is timed against torch's own op on the same tensors (torch.softmax, F.layer_norm, torch.relu, the
+eager tail (four kernels: torch has no fused form), F.batch_norm, F.max_pool2d, F.adaptive_avg_pool2d: float32
+inside, 16-bit in and out, as ours) in alternating rounds (mb_common.time_pair), in the same process as a 1 GiB torch
+`copy_` that gives the device's copy bandwidth. "bytes" counts each tensor read once and written once, 2 bytes an
+element (training BatchNorm reads x twice unless it stays in L2: its bytes count one read). Goal of issue 24: >= 93%
+of the copy bandwidth.
 
     python benchmarks/mb_half.py [--only NAME] [--dtype float16] [--json benchmarks/results/mb_half.json]
+
+benchmarks/results/mb_half.json holds the Softmax / LayerNorm rows, mb_half_maps.json the 32 x 256 x 56 x 56 ones
+(`--only relu_ --only tail_ --only bn_nchw --only bn_nhwc --only maxpool_ --only gap_`); mb_half_maps_sweep.py
+chose their kernel shapes.
 
 Exports WORKLOADS in the format of mb_common.py; writes JSON and a PNG (results_io) beside --json.
 """
@@ -75,6 +84,82 @@ def _layernorm(shape, dtype):
     return setup
 
 
+ACT = (32, 256, 56, 56)   # ResNet-50's first-stage activation, batch 32
+LAYOUTS = ("nchw", "nhwc")
+
+
+def _activation(torch, shape, dtype, lay, scale=1.0, offset=0.0):
+    """A 16-bit torch tensor of normal values in NCHW or channels_last memory."""
+    t = (torch.randn(shape, device="cuda") * scale + offset).to(_torch_dtype(dtype))
+    return t.contiguous(memory_format=torch.channels_last) if lay == "nhwc" else t
+
+
+def _map(kind: str, shape, dtype: str, lay: str):
+    """relu, tail, bn, bn_train, maxpool, gap over `shape` in layout `lay`: cuopjit's op and torch's on the same
+    tensors, rotated (mb_common.rotation), checked against torch in float64."""
+    def setup():
+        import torch
+        import torch.nn.functional as F
+        import cuopjit
+        td, c = _torch_dtype(dtype), shape[1]
+        n_out = {"maxpool": math.prod(shape) // 4, "gap": shape[0] * c}.get(kind, math.prod(shape))
+        k = rotation(2 * (math.prod(shape) * (2 if kind == "tail" else 1) + n_out))
+        xs = [_activation(torch, shape, dtype, lay, 2.0, 0.5) for _ in range(k)]
+        rs = [_activation(torch, shape, dtype, lay) for _ in range(k)] if kind == "tail" else xs
+        if kind == "maxpool":
+            ys = [torch.empty_like(F.max_pool2d(xs[0], 3, 2, 1)) for _ in range(k)]
+        elif kind == "gap":
+            ys = [torch.empty((shape[0], c, 1, 1), device="cuda", dtype=td) for _ in range(k)]
+        else:
+            ys = [torch.empty_like(xs[0]) for _ in range(k)]
+        cx, cr, cy = ([to_cuopjit(t) for t in ts] for ts in (xs, rs, ys))
+        g, b = torch.randn(c, device="cuda").to(td), torch.randn(c, device="cuda").to(td)
+        rm, rv = torch.randn(c, device="cuda").to(td), (torch.rand(c, device="cuda") + 0.5).to(td)
+        suffix = {"float16": "Half", "bfloat16": "BFloat16"}[dtype]
+        if kind == "relu":
+            op = getattr(cuopjit, "Relu" + suffix)()
+            mine, theirs = (lambda i: op.forward(cx[i % k], cy[i % k])), (lambda i: torch.relu(xs[i % k]))
+            ref = (lambda: torch.relu(xs[0].double()))
+        elif kind == "tail":
+            op = getattr(cuopjit, "Elementwise" + suffix)("out = relu(x * scale + shift + r)")
+            cs, cb = to_cuopjit(g.view(c, 1, 1)), to_cuopjit(b.view(c, 1, 1))
+            s4, b4 = g.view(1, c, 1, 1), b.view(1, c, 1, 1)
+            mine = (lambda i: op.forward(x=cx[i % k], scale=cs, shift=cb, r=cr[i % k], out=cy[i % k]))
+            theirs = (lambda i: torch.relu(xs[i % k] * s4 + b4 + rs[i % k]))
+            ref = (lambda: torch.relu(xs[0].double() * s4.double() + b4.double() + rs[0].double()))
+        elif kind in ("bn", "bn_train"):
+            train = kind == "bn_train"
+            op = getattr(cuopjit, "BatchNorm" + suffix)(momentum=0.0).train(train)   # momentum 0: stats unchanged
+            for name, t in (("gamma", g), ("beta", b), ("running_mean", rm), ("running_var", rv)):
+                getattr(op, "set_" + name)(to_cuopjit(t))
+            mine = (lambda i: op.forward(cx[i % k], cy[i % k]))
+            theirs = (lambda i: F.batch_norm(xs[i % k], rm, rv, g, b, train, 0.0, 1e-5))
+            ref = (lambda: F.batch_norm(xs[0].double(), rm.double(), rv.double(), g.double(), b.double(), train,
+                                        0.0, 1e-5))
+        elif kind == "maxpool":
+            op = getattr(cuopjit, "MaxPool2D" + suffix)(3, 3, 2, 2, 1, 1)
+            mine, theirs = (lambda i: op.forward(cx[i % k], cy[i % k])), (lambda i: F.max_pool2d(xs[i % k], 3, 2, 1))
+            ref = (lambda: F.max_pool2d(xs[0].double(), 3, 2, 1))
+        else:
+            op = getattr(cuopjit, "GlobalAveragePool2D" + suffix)()
+            mine = (lambda i: op.forward(cx[i % k], cy[i % k]))
+            theirs = (lambda i: F.adaptive_avg_pool2d(xs[i % k], 1))
+            ref = (lambda: F.adaptive_avg_pool2d(xs[0].double(), 1))
+
+        def check():
+            mine(0)
+            want = ref()
+            return float((ys[0].double() - want).norm() / want.norm())
+        return dict(run_cuopjit=mine, run_torch=theirs, check=check)
+    return setup
+
+
+def _map_bytes(kind: str, shape) -> int:
+    n = math.prod(shape)
+    return 2 * {"relu": 2 * n, "tail": 3 * n, "bn": 2 * n, "bn_train": 2 * n, "maxpool": n + n // 4,
+                "gap": n + shape[0] * shape[1]}[kind]
+
+
 def _workloads() -> list[dict]:
     out = []
     goal = {"goal": ">= 93% of copy", "goal_torch": None, "goal_copy": GOAL_COPY}
@@ -87,6 +172,10 @@ def _workloads() -> list[dict]:
         for shape in LN_SHAPES:
             out.append({"name": f"layernorm_{shape[0]}x{shape[1]}", "dtype": dtype, "shape": list(shape),
                         "bytes": (2 * math.prod(shape) + 2 * shape[1]) * 2, **goal, "setup": _layernorm(shape, dtype)})
+        for kind in ("relu", "tail", "bn", "bn_train", "maxpool", "gap"):
+            for lay in LAYOUTS:
+                out.append({"name": f"{kind}_{lay}_32x256x56x56", "dtype": dtype, "shape": list(ACT),
+                            "bytes": _map_bytes(kind, ACT), **goal, "setup": _map(kind, ACT, dtype, lay)})
     return out
 
 

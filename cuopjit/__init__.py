@@ -13,7 +13,14 @@ from .jit import (JITBatchMatMulDouble, JITBatchMatMulFloat, JITBatchNormDouble,
                   JITTrsmDouble, JITTrsmFloat, JITWrapper)
 from .jit import JITElementwiseDouble, JITElementwiseFloat
 from .jit import JITLayerNormBFloat16, JITLayerNormHalf, JITSoftmaxBFloat16, JITSoftmaxHalf
+from .jit import (JITBatchNormBFloat16, JITBatchNormHalf, JITElementwiseBFloat16, JITElementwiseHalf, JITReluBFloat16,
+                  JITReluHalf)
 from .ops import LayerNormBFloat16, LayerNormHalf, SoftmaxBFloat16, SoftmaxHalf
+from .ops import (AveragePool2DBFloat16, AveragePool2DHalf, AxpyBFloat16, AxpyHalf, BatchNormBFloat16, BatchNormHalf,
+                  CopyBFloat16, CopyHalf, DotBFloat16, DotHalf, ElementwiseBFloat16, ElementwiseHalf, FlattenBFloat16,
+                  FlattenHalf, GlobalAveragePool2DBFloat16, GlobalAveragePool2DHalf, GlobalMaxPool2DBFloat16,
+                  GlobalMaxPool2DHalf, MaxPool2DBFloat16, MaxPool2DHalf, ReluBFloat16, ReluHalf, ScalBFloat16, ScalHalf,
+                  ViewBFloat16, ViewHalf)
 from .ops import ElementwiseDouble, ElementwiseFloat, fold_batchnorm
 from .device.memory import empty_cache, memory_context, memory_stats, reset_peak_memory_stats, set_memory_fraction
 from .explain import explain
@@ -60,6 +67,12 @@ __all__ = [
     "JITBatchNormDouble",
     "SoftmaxHalf", "SoftmaxBFloat16", "LayerNormHalf", "LayerNormBFloat16", "JITSoftmaxHalf", "JITSoftmaxBFloat16",
     "JITLayerNormHalf", "JITLayerNormBFloat16",
+    "ScalHalf", "ScalBFloat16", "AxpyHalf", "AxpyBFloat16", "CopyHalf", "CopyBFloat16", "DotHalf", "DotBFloat16",
+    "ReluHalf", "ReluBFloat16", "JITReluHalf", "JITReluBFloat16", "MaxPool2DHalf", "MaxPool2DBFloat16",
+    "AveragePool2DHalf", "AveragePool2DBFloat16", "GlobalMaxPool2DHalf", "GlobalMaxPool2DBFloat16",
+    "GlobalAveragePool2DHalf", "GlobalAveragePool2DBFloat16", "FlattenHalf", "FlattenBFloat16", "ViewHalf",
+    "ViewBFloat16", "BatchNormHalf", "BatchNormBFloat16", "JITBatchNormHalf", "JITBatchNormBFloat16",
+    "ElementwiseHalf", "ElementwiseBFloat16", "JITElementwiseHalf", "JITElementwiseBFloat16",
     "Convolution2DFloat", "Convolution2DDouble", "JITConvolution2DFloat", "JITConvolution2DDouble",
     "ElementwiseFloat", "ElementwiseDouble", "JITElementwiseFloat", "JITElementwiseDouble", "fold_batchnorm",
 ]

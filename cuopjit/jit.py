@@ -20,6 +20,8 @@ from .ops import (BatchMatMulDouble, BatchMatMulFloat, BatchNormDouble, BatchNor
                   SymmFloat, TrsmDouble, TrsmFloat)
 from .ops import ElementwiseDouble, ElementwiseFloat
 from .ops import LayerNormBFloat16, LayerNormHalf, SoftmaxBFloat16, SoftmaxHalf
+from .ops import (BatchNormBFloat16, BatchNormHalf, ElementwiseBFloat16, ElementwiseHalf, ReluBFloat16,
+                  ReluHalf)
 from .ops.base import Operator
 from .operands import call_key, operands, resolve
 from .interop import READERS
@@ -242,6 +244,14 @@ class JITReluDouble(JITWrapper):
     operator_type = ReluDouble
 
 
+class JITReluHalf(JITWrapper):
+    operator_type = ReluHalf
+
+
+class JITReluBFloat16(JITWrapper):
+    operator_type = ReluBFloat16
+
+
 class JITSoftmaxFloat(JITWrapper):
     operator_type = SoftmaxFloat
 
@@ -282,6 +292,14 @@ class JITBatchNormDouble(JITWrapper):
     operator_type = BatchNormDouble
 
 
+class JITBatchNormHalf(JITWrapper):
+    operator_type = BatchNormHalf
+
+
+class JITBatchNormBFloat16(JITWrapper):
+    operator_type = BatchNormBFloat16
+
+
 class JITConvolution2DFloat(JITWrapper):
     operator_type = Convolution2DFloat
 
@@ -296,3 +314,11 @@ class JITElementwiseFloat(JITWrapper):
 
 class JITElementwiseDouble(JITWrapper):
     operator_type = ElementwiseDouble
+
+
+class JITElementwiseHalf(JITWrapper):
+    operator_type = ElementwiseHalf
+
+
+class JITElementwiseBFloat16(JITWrapper):
+    operator_type = ElementwiseBFloat16

@@ -42,8 +42,8 @@ def test_every_config_plans_and_compiles(t, fields):
     build_once(_plans(fields, t), t)
 
 
-def test_problems_cover_both_dtypes_and_every_kernel():
-    assert {p.dtype for p in batchnorm.problems()} == {"float32", "float64"}
+def test_problems_cover_every_dtype_and_kernel():
+    assert {p.dtype for p in batchnorm.problems()} == {"float32", "float64", "float16", "bfloat16"}
     names = {kl.spec.name for plan in _plans({}, SM90) for kl in plan.launches}
     assert {"batchnorm_apply_f32_pv4n4t256", "batchnorm_apply_f32_pv1n16t256", "batchnorm_apply_f32_fv1n1t256",
             "batchnorm_stats_f32_t256", "batchnorm_finalize_f32_t256"} <= names

@@ -204,6 +204,8 @@ def built(request):
     target = of_device(cuopjit.get_device())
     cases = []
     for item in request.session.items:
+        if getattr(item, "module", None) is not request.module:    # other files' `layer` params mean other things
+            continue
         params = getattr(getattr(item, "callspec", None), "params", {})
         mode, layer = params.get("mode", "f32"), params.get("layer")
         fields = MODES[mode][1]

@@ -296,7 +296,7 @@ def test_the_family_is_registered_and_the_cli_pieces_plan_it_without_a_program()
 def test_problems_for_a_given_program_and_shapes():
     ps = expression.problems_for("y = x * s", "float64", {"x": (8, 4), "s": None})
     assert len(ps) == 1 and ps[0].n == 32 and [lay.kind for lay in ps[0].inputs] == ["full", "scalar"]
-    assert len(expression.problems_for("y = x * s")) == 6
+    assert len(expression.problems_for("y = x * s")) == 12   # 3 problems x 4 dtypes
     with pytest.raises(ValueError, match="'q' is not an operand of"):
         expression.problems_for("y = x * s", shapes={"x": (4,), "s": None, "q": (1,)})
     with pytest.raises(ValueError, match="no shape for input 's'"):

@@ -513,7 +513,6 @@ def test_op_and_dtype_selection(capsys):
 
 def test_architectures_from_the_environment_are_named_as_such(monkeypatch):
     from cuopjit.cli import args as cli_args
-    cli = importlib.import_module("cuopjit.cli.main")   # the module: cuopjit.cli.main is the function
     from cuopjit.build import compiler
     monkeypatch.setenv("CUOPJIT_ARCH", "sm_75")
     known = ", ".join(compiler.supported_archs())
@@ -528,7 +527,6 @@ def test_architectures_from_the_environment_are_named_as_such(monkeypatch):
 
 def test_architecture_errors_say_what_to_write(monkeypatch):
     from cuopjit.cli import args as cli_args
-    cli = importlib.import_module("cuopjit.cli.main")   # the module: cuopjit.cli.main is the function
     from cuopjit.build import compiler
     monkeypatch.setenv("CUOPJIT_ARCH", "bogus!")
     with pytest.raises(ValueError, match=r"^CUOPJIT_ARCH bogus! is not a target this NVRTC \(\d+\.\d+\) knows: "

@@ -31,9 +31,9 @@ def test_every_config_plans_and_compiles(op, t, fields):
     build_once(_plans(op, fields, t), t)
 
 
-def test_problems_cover_both_dtypes():
+def test_problems_cover_every_dtype():
     for op in OPS:
-        assert {p.dtype for p in FAMILIES[op][0].family.problems()} == {"float32", "float64"}
+        assert {p.dtype for p in FAMILIES[op][0].family.problems()} == {"float32", "float64", "float16", "bfloat16"}
 
 
 @pytest.mark.parametrize("fields", [{"kernel_type": "tiled"}, {"kernel_type": "warp_optimized"},

@@ -44,8 +44,9 @@ def test_every_kernel_compiles(arch):
 
 
 @pytest.mark.parametrize("side, uplo", MODES)
-def test_plans_read_one_triangle_and_compute_the_product(rng, side, uplo):
-    m, n = 45, 70
+@pytest.mark.parametrize("m, n", [(45, 70), (45, 1), (1, 70)], ids=["gemm", "one-column", "one-row"])
+def test_plans_read_one_triangle_and_compute_the_product(rng, side, uplo, m, n):
+    """One row or column (B a vector) plans the fill and then the GEMM family's GEMV route."""
     d = n if side else m
     s, stored = _symmetric(rng, d, bool(uplo))
     op = _op(np.float64, side, uplo, 1.5, 0.5)

@@ -5,21 +5,25 @@ from __future__ import annotations
 
 from .base import Operator
 from .gemm.operator import GemmDouble, GemmFloat
-from .elementwise.relu import ReluDouble, ReluFloat
-from .blas1 import AxpyDouble, AxpyFloat, CopyDouble, CopyFloat, DotDouble, DotFloat, ScalDouble, ScalFloat
-from .pool.global_pool import (GlobalAveragePool2DDouble, GlobalAveragePool2DFloat, GlobalMaxPool2DDouble,
-                               GlobalMaxPool2DFloat)
-from .pool.windowed import AveragePool2DDouble, AveragePool2DFloat, MaxPool2DDouble, MaxPool2DFloat
-from .shape import FlattenDouble, FlattenFloat, ViewDouble, ViewFloat
+from .elementwise.relu import ReluBFloat16, ReluDouble, ReluFloat, ReluHalf
+from .blas1 import (AxpyBFloat16, AxpyDouble, AxpyFloat, AxpyHalf, CopyBFloat16, CopyDouble, CopyFloat, CopyHalf,
+                    DotBFloat16, DotDouble, DotFloat, DotHalf, ScalBFloat16, ScalDouble, ScalFloat, ScalHalf)
+from .pool.global_pool import (GlobalAveragePool2DBFloat16, GlobalAveragePool2DDouble, GlobalAveragePool2DFloat,
+                               GlobalAveragePool2DHalf, GlobalMaxPool2DBFloat16, GlobalMaxPool2DDouble,
+                               GlobalMaxPool2DFloat, GlobalMaxPool2DHalf)
+from .pool.windowed import (AveragePool2DBFloat16, AveragePool2DDouble, AveragePool2DFloat, AveragePool2DHalf,
+                            MaxPool2DBFloat16, MaxPool2DDouble, MaxPool2DFloat, MaxPool2DHalf)
+from .shape import (FlattenBFloat16, FlattenDouble, FlattenFloat, FlattenHalf, ViewBFloat16, ViewDouble, ViewFloat,
+                    ViewHalf)
 from .rows.softmax import SoftmaxBFloat16, SoftmaxDouble, SoftmaxFloat, SoftmaxHalf
 from .rows.layernorm import LayerNormBFloat16, LayerNormDouble, LayerNormFloat, LayerNormHalf
-from .batchnorm import BatchNormDouble, BatchNormFloat
+from .batchnorm import BatchNormBFloat16, BatchNormDouble, BatchNormFloat, BatchNormHalf
 from .gemm.gemv import GemvDouble, GemvFloat
 from .gemm.matmul import BatchMatMulDouble, BatchMatMulFloat, MatMulDouble, MatMulFloat
 from .gemm.symm import SymmDouble, SymmFloat
 from .gemm.trsm import TrsmDouble, TrsmFloat
 from .conv2d.operator import Convolution2DDouble, Convolution2DFloat
-from .elementwise.custom import ElementwiseDouble, ElementwiseFloat
+from .elementwise.custom import ElementwiseBFloat16, ElementwiseDouble, ElementwiseFloat, ElementwiseHalf
 from .batchnorm_fold import fold_batchnorm
 
 FAMILIES: dict[str, tuple[type[Operator], type[Operator]]] = {
@@ -48,8 +52,21 @@ FAMILIES: dict[str, tuple[type[Operator], type[Operator]]] = {
 }
 # The families that compute in float16 and bfloat16: (Half, BFloat16) classes.
 HALF_CLASSES: dict[str, tuple[type[Operator], type[Operator]]] = {
+    "scal": (ScalHalf, ScalBFloat16),
+    "axpy": (AxpyHalf, AxpyBFloat16),
+    "copy": (CopyHalf, CopyBFloat16),
+    "dot": (DotHalf, DotBFloat16),
+    "relu": (ReluHalf, ReluBFloat16),
+    "maxpool2d": (MaxPool2DHalf, MaxPool2DBFloat16),
+    "avgpool2d": (AveragePool2DHalf, AveragePool2DBFloat16),
+    "globalmaxpool2d": (GlobalMaxPool2DHalf, GlobalMaxPool2DBFloat16),
+    "globalavgpool2d": (GlobalAveragePool2DHalf, GlobalAveragePool2DBFloat16),
+    "flatten": (FlattenHalf, FlattenBFloat16),
+    "view": (ViewHalf, ViewBFloat16),
     "softmax": (SoftmaxHalf, SoftmaxBFloat16),
     "layernorm": (LayerNormHalf, LayerNormBFloat16),
+    "batchnorm": (BatchNormHalf, BatchNormBFloat16),
+    "elementwise": (ElementwiseHalf, ElementwiseBFloat16),
 }
 CLASSES: dict[str, dict[str, type[Operator]]] = {
     op: {cls.dtype.name: cls for cls in (*classes, *HALF_CLASSES.get(op, ()))} for op, classes in FAMILIES.items()}
@@ -71,6 +88,6 @@ __all__ = ["FAMILIES", "Operator", "GemmFloat", "GemmDouble",
            "AveragePool2DDouble", "GlobalMaxPool2DFloat", "GlobalMaxPool2DDouble", "GlobalAveragePool2DFloat",
            "GlobalAveragePool2DDouble", "FlattenFloat", "FlattenDouble", "ViewFloat", "ViewDouble",
            "SoftmaxFloat", "SoftmaxDouble", "LayerNormFloat", "LayerNormDouble", "BatchNormFloat", "BatchNormDouble",
-           "HALF_CLASSES", "CLASSES", "operator_class", "SoftmaxHalf", "SoftmaxBFloat16", "LayerNormHalf",
-           "LayerNormBFloat16",
+           "HALF_CLASSES", "CLASSES", "operator_class",
+           *(cls.__name__ for pair in HALF_CLASSES.values() for cls in pair),
            "Convolution2DFloat", "Convolution2DDouble", "ElementwiseFloat", "ElementwiseDouble", "fold_batchnorm"]

@@ -1,4 +1,4 @@
-"""BatchNormFloat / BatchNormDouble (cuOP semantics, PyTorch numerics).
+"""BatchNormFloat / BatchNormDouble / BatchNormHalf / BatchNormBFloat16 (cuOP semantics, PyTorch numerics).
 
 BatchNorm normalises each channel (dimension 1) of an N x C (x H x W ...) input. `training` is False by default
 (use running_mean/running_var, as `model.eval()`); `train()` / `eval()` or `bn.training = True` switch it.
@@ -8,6 +8,10 @@ torch.nn.BatchNorm2d. Unset parameters default to gamma=1, beta=0, running_mean=
 x and y are contiguous or both channels_last (a mismatch raises naming both layouts); channels_last runs its
 own kernels with no layout copy (batchnorm_nhwc.py, where its JITConfig fields are mapped). The plans are in
 batchnorm_plans.py.
+
+float16 and bfloat16: x, y, gamma, beta, running_mean and running_var all of that dtype, as torch's
+F.batch_norm on half tensors with half parameters (torch.nn.BatchNorm2d(...).half()); statistics, eps and momentum
+in float32, each result (y, the updated running statistics) rounded once on store, as torch does.
 
 NCHW kernels (templates/batchnorm/batchnorm.cu.jinja): inference is one `apply` launch; training is `stats`
 (per-(channel, split) partials: per-plane, 16-byte loads and shifted sums; flat, Welford), `finalize` (a warp
@@ -23,7 +27,8 @@ launches. How each JITConfig field changes the code:
                               per-plane apply kernel where H x W > 1 (see enable_shared_memory_opt)
     block_size                threads per block of every kernel (0: 256)
     tile_size                 per-plane apply and stats: elements per thread per tile / step, 8 .. 128
-                              (0: 16 float / 8 double); the flat and finalize kernels ignore it
+                              (0: 16 float / 8 double / 16 float16 and bfloat16); the flat and
+                              finalize kernels ignore it
     enable_shared_memory_opt  per-plane apply and stats kernels (scale/shift computed once per tile of
                               one (n, c) plane) vs the flat kernels
     enable_memory_coalescing  16-byte accesses in the per-plane kernels (where pointers and H x W allow)
@@ -39,6 +44,7 @@ from ..layout import CHANNELS_LAST, CONTIGUOUS
 from ..tensor import Tensor, empty
 from .base import Operator, typed
 from .batchnorm_plans import FAMILY, OPERANDS, BatchNormProblem
+from .elementwise.kernels import DTYPES
 from .layouts import same_layout
 from .params import non_negative_eps, plan_setting, unit_interval_momentum
 
@@ -151,6 +157,7 @@ class BatchNorm(Operator):
         return 2.0 * x.size, float(((reads + 1) * x.size + 4 * c) * self.dtype.itemsize)
 
 
-BatchNormFloat, BatchNormDouble = typed(BatchNorm, "BatchNorm", "batch norm")
+BatchNormFloat, BatchNormDouble, BatchNormHalf, BatchNormBFloat16 = typed(
+    BatchNorm, "BatchNorm", "batch norm (parameters and running statistics in x's dtype)", DTYPES)
 
 

@@ -17,7 +17,9 @@ reduction (templates/blas1/dot.cu.jinja). How each JITConfig field changes Dot:
     enable_shared_memory_opt, enable_tensor_core, enable_tma   nothing to use them for: ignored
 optimization_level and max_registers reach NVRTC. The first kernel writes one partial sum per
 block of a persistent grid (the target's SMs x resident blocks) into the plan's workspace; the
-second adds them in a fixed order into `result`, so equal inputs give equal bits on every run.
+second adds them in a fixed order into `result`, so equal inputs give equal bits on every run. float16 and
+bfloat16 (x, y and result of that dtype) multiply and add in float32 (partials included) and round the sum once
+into result; forward returns that rounded value.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from ..run.plan import Family, KernelLaunch, Plan, i32, i64, ptr
 from ..target import Target
 from ..tensor import Tensor, empty
 from .elementwise import kernels as elementwise
-from .base import Operator, cdiv, dtype_tag, scalar_t, typed
+from .base import Operator, cdiv, compute_dtype, dtype_tag, scalar_t, typed
 from .params import plan_setting
 
 DOT_TEMPLATE = "blas1/dot.cu.jinja"
@@ -148,23 +150,24 @@ def dot_plan(problem: DotProblem, choice: elementwise.MapChoice, target: Target)
     dtype = np.dtype(problem.dtype)
     streaming = 2 * problem.n * dtype.itemsize > elementwise.STREAM_BYTES
     params = {"scalar_t": scalar_t(dtype), "unroll": choice.unroll, "THREADS": choice.threads,
-              "VEC": choice.vec, "ITEMS": choice.items, "STREAM": streaming}
+              "VEC": choice.vec, "ITEMS": choice.items, "STREAM": streaming, **elementwise.half_params(dtype)}
     name = (f"dot_{dtype_tag(dtype)}_{choice.label}" + ("_cs" if streaming else "")
             + ("" if choice.unroll else "_nounroll"))
     blocks = elementwise.persistent_grid(cdiv(problem.n, choice.threads * choice.vec * choice.items),
                                          choice.threads, target)
-    units = "FP32 cores" if dtype == np.float32 else "FP64 cores"
+    units = "FP32 cores" if compute_dtype(dtype) == np.float32 else "FP64 cores"
     workspace = ptr(3)
     partial = KernelLaunch(pipeline.make_spec(DOT_TEMPLATE, "dot_partial", name, params, choice.opts), (blocks,),
                            (choice.threads,), (ptr(0), ptr(1), workspace, i64(problem.n)), units=units)
     final = KernelLaunch(pipeline.make_spec(DOT_TEMPLATE, "dot_final", name, params, choice.opts), (1,),
                          (choice.threads,), (workspace, ptr(2), i32(blocks)), units=units)
-    return Plan((partial, final), ("x", "y", "result"), workspace=blocks * dtype.itemsize, choice=choice.label)
+    return Plan((partial, final), ("x", "y", "result"), workspace=blocks * compute_dtype(dtype).itemsize,
+                choice=choice.label)
 
 
 def dot_problems() -> list[DotProblem]:
-    """Large aligned (streaming), small aligned and unaligned dots of both dtypes."""
-    return [DotProblem(dt, n, aligned) for dt in ("float32", "float64")
+    """Large aligned (streaming), small aligned and unaligned dots of every dtype."""
+    return [DotProblem(dt, n, aligned) for dt in elementwise.DTYPES
             for n, aligned in ((1 << 28, True), (1 << 20, True), (4097, False))]
 
 
@@ -212,9 +215,11 @@ class Dot(Operator):
         return 2.0 * x.size, 2.0 * x.size * self.dtype.itemsize
 
 
-ScalFloat, ScalDouble = typed(Scal, "Scal", "SCAL")
-AxpyFloat, AxpyDouble = typed(Axpy, "Axpy", "AXPY")
-CopyFloat, CopyDouble = typed(Copy, "Copy", "COPY")
-DotFloat, DotDouble = typed(Dot, "Dot", "DOT")
+ScalFloat, ScalDouble, ScalHalf, ScalBFloat16 = typed(Scal, "Scal", "SCAL", elementwise.DTYPES)
+AxpyFloat, AxpyDouble, AxpyHalf, AxpyBFloat16 = typed(Axpy, "Axpy", "AXPY", elementwise.DTYPES)
+CopyFloat, CopyDouble, CopyHalf, CopyBFloat16 = typed(Copy, "Copy", "COPY (16-bit: bits moved as stored)",
+                                                      elementwise.DTYPES)
+DotFloat, DotDouble, DotHalf, DotBFloat16 = typed(Dot, "Dot", "DOT (16-bit: the float32 sum rounded once)",
+                                                  elementwise.DTYPES)
 
 

@@ -1,4 +1,5 @@
-"""Layout copies: `cuopjit.contiguous(t)`, `cuopjit.channels_last(t)` and the RelayoutFloat/Double operator they run,
+"""Layout copies: `cuopjit.contiguous(t)`, `cuopjit.channels_last(t)` and the Relayout operator they run (Float, Double,
+Half, BFloat16: 16-bit elements moved as stored),
 plus `memory_layout`, `fits` and `same_layout`, the rules the operators that read several layouts share.
 
 Every conversion between the layouts of cuopjit/layout.py is a batched 2-D transpose of the buffer (the family
@@ -29,12 +30,13 @@ from ..run.plan import Family, KernelLaunch, Plan, i64, ptr
 from ..target import Target
 from ..tensor import Tensor, empty, wrap
 from . import knobs
-from .base import Operator, cdiv, dtype_tag, scalar_t, typed
+from .base import HALF_DTYPES, Operator, cdiv, compute_dtype, dtype_tag, scalar_t, storage_t, typed
 from .choice import kernel_choice
 
 TEMPLATE = "shape/transpose.cu.jinja"
 DEFAULT_THREADS = 256
-TILE = 1024   # scalars per tile (4 KB float, 8 KB double of shared memory)
+TILE = 1024   # scalars per tile (4 KB float, 8 KB double, 2 KB float16 / bfloat16 of shared memory)
+DTYPES = ("float32", "float64", *HALF_DTYPES)   # elementwise.kernels.DTYPES (not imported: elementwise imports us)
 
 
 def memory_layout(t: Tensor) -> str:
@@ -103,14 +105,14 @@ def plan(problem: RelayoutProblem, choice: RelayoutChoice, target: Target) -> Pl
     """One launch, a tile per block: x = operand 0, y = operand 1."""
     dtype = np.dtype(problem.dtype)
     params = {"scalar_t": scalar_t(dtype), "unroll": choice.unroll, "THREADS": choice.threads, "TR": choice.tr,
-              "TC": choice.tc}
+              "TC": choice.tc, **({"elem_t": storage_t(dtype)} if dtype.name in HALF_DTYPES else {})}
     name = f"transpose_{dtype_tag(dtype)}_{choice.label}" + ("" if choice.unroll else "_nounroll")
     spec = pipeline.make_spec(TEMPLATE, "transpose", name, params, choice.opts)
     tiles_c = cdiv(problem.cols, choice.tc)
     per_matrix = cdiv(problem.rows, choice.tr) * tiles_c
     tiles = problem.batch * per_matrix
     args = (ptr(0), ptr(1), i64(problem.rows), i64(problem.cols), i64(tiles_c), i64(per_matrix), i64(tiles))
-    units = "FP32 cores" if dtype == np.float32 else "FP64 cores"
+    units = "FP32 cores" if compute_dtype(dtype) == np.float32 else "FP64 cores"
     return Plan((KernelLaunch(spec, (min(tiles, 2 ** 31 - 1),), (choice.threads,), args, units=units),),
                 ("x", "y"), choice=choice.label)
 
@@ -118,7 +120,7 @@ def plan(problem: RelayoutProblem, choice: RelayoutChoice, target: Target) -> Pl
 def problems() -> list[RelayoutProblem]:
     """ResNet's NCHW <-> NHWC at 56 x 56 x 256, an RGB batch (C = 3 each way), an odd transposed stack."""
     cases = ((32, 256, 56 * 56), (32, 56 * 56, 256), (8, 3, 224 * 224), (8, 224 * 224, 3), (5, 33, 7))
-    return [RelayoutProblem(dt, b, r, c) for dt in ("float32", "float64") for b, r, c in cases]
+    return [RelayoutProblem(dt, b, r, c) for dt in DTYPES for b, r, c in cases]
 
 
 FAMILY = Family("relayout", choices, plan, problems)
@@ -165,10 +167,10 @@ class Relayout(Operator):
         return 0.0, 2.0 * x.nbytes
 
 
-RelayoutFloat, RelayoutDouble = typed(Relayout, "Relayout", "layout copy")
+RelayoutFloat, RelayoutDouble, RelayoutHalf, RelayoutBFloat16 = typed(Relayout, "Relayout", "layout copy", DTYPES)
 
 
-_OPS = {np.dtype(np.float32): RelayoutFloat(), np.dtype(np.float64): RelayoutDouble()}
+_OPS = {cls.dtype: cls() for cls in (RelayoutFloat, RelayoutDouble, RelayoutHalf, RelayoutBFloat16)}
 
 
 def _tensor(t: Any, who: str) -> Tensor:

@@ -1,4 +1,5 @@
-"""FlattenFloat / ViewFloat (and Double): reshaping copies into a caller-supplied output.
+"""FlattenFloat / ViewFloat (and Double, Half, BFloat16): reshaping copies into a caller-supplied output (16-bit
+elements moved as stored: every bit kept).
 
 Flatten copies x into y, whose shape must be x's shape with dims start_dim..end_dim merged: the
 streaming copy of elementwise.py (its docstring maps the JITConfig fields). y is contiguous (row-major
@@ -64,7 +65,7 @@ def _is_relayout(problem: Any) -> bool:
 
 def _flatten_problems() -> list:
     """The streaming copy's problems and NHWC -> NCHW orders (ResNet's 56 x 56 x 256, an odd 7 x 7 x 33)."""
-    return elementwise.problems("copy") + [layouts.RelayoutProblem(dt, n, hw, c) for dt in ("float32", "float64")
+    return elementwise.problems("copy") + [layouts.RelayoutProblem(dt, n, hw, c) for dt in elementwise.DTYPES
                                            for n, hw, c in ((32, 56 * 56, 256), (2, 49, 33))]
 
 
@@ -148,7 +149,8 @@ def view_plan(problem: ViewProblem, choice: ViewChoice, target: Target) -> Plan:
     """One launch: x = operand 0, y = operand 1."""
     dtype = np.dtype(problem.dtype)
     nout, vec, threads = len(problem.outer), choice.vec, choice.threads
-    params = {"scalar_t": scalar_t(dtype), "unroll": True, "THREADS": threads, "VEC": vec, "NOUT": nout}
+    params = {"scalar_t": scalar_t(dtype), "unroll": True, "THREADS": threads, "VEC": vec, "NOUT": nout,
+              **elementwise.half_params(dtype)}
     spec = pipeline.make_spec(VIEW_TEMPLATE, "view_copy", f"view_{dtype_tag(dtype)}_b{threads}_v{vec}_d{nout}",
                              params, choice.opts)
     total = problem.total // vec
@@ -160,11 +162,11 @@ def view_plan(problem: ViewProblem, choice: ViewChoice, target: Target) -> Plan:
 
 
 def view_problems() -> list[ViewProblem]:
-    """A whole-tensor copy, a channel block of NCHW (one outer dim) and an odd 3-D block, both dtypes."""
+    """A whole-tensor copy, a channel block of NCHW (one outer dim) and an odd 3-D block, every dtype."""
     cases = (((32, 64, 56, 56), (0, 0, 0, 0), (32, 64, 56, 56), True),
              ((4, 6, 8, 8), (1, 2, 0, 0), (2, 3, 8, 8), True),
              ((2, 1, 33, 7, 5), (1, 0, 4, 2, 1), (1, 1, 20, 5, 4), False))
-    return [view_problem(np.dtype(dt), xs, off, shape, aligned) for dt in ("float32", "float64")
+    return [view_problem(np.dtype(dt), xs, off, shape, aligned) for dt in elementwise.DTYPES
             for xs, off, shape, aligned in cases]
 
 
@@ -227,7 +229,7 @@ class View(Operator):
         return 0.0, 2.0 * y.size * self.dtype.itemsize
 
 
-FlattenFloat, FlattenDouble = typed(Flatten, "Flatten", "Flatten")
-ViewFloat, ViewDouble = typed(View, "View", "View")
+FlattenFloat, FlattenDouble, FlattenHalf, FlattenBFloat16 = typed(Flatten, "Flatten", "Flatten", elementwise.DTYPES)
+ViewFloat, ViewDouble, ViewHalf, ViewBFloat16 = typed(View, "View", "View", elementwise.DTYPES)
 
 

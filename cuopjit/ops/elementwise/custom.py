@@ -1,4 +1,5 @@
-"""ElementwiseFloat / ElementwiseDouble: a user's elementwise program, compiled at run time.
+"""ElementwiseFloat / ElementwiseDouble / ElementwiseHalf / ElementwiseBFloat16: a user's elementwise program,
+compiled at run time.
 
     op = cuopjit.ElementwiseFloat("out = relu(x * scale + shift + r)")
     op.forward(x=x, scale=s, shift=b, r=r, out=y)        # returns y (a tuple for several outputs)
@@ -18,6 +19,10 @@ channels_last or transposed; a mismatch raises naming both), and the kernel walk
 each layout runs at the same speed. Smaller inputs broadcast by their logical shape, whatever their layout:
 a per-channel scale over a channels_last [N, C, H, W] output is [C, 1, 1] or [1, C, 1, 1] (as in NumPy and
 torch; a [C] operand lines up with W), read as one vector per 16-byte access.
+
+ElementwiseHalf / ElementwiseBFloat16 take float16 / bfloat16 tensors, evaluate the program in float32 (a Python
+number becomes a float32 parameter) and round each output once on store: `out = x * 1000` of a float16 65504 is
+inf, as in torch.
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ from ...tensor import Tensor
 from ..base import Operator, typed
 from ..layouts import same_layout
 from . import broadcast, expression
+from .kernels import DTYPES
 
 _NUMBER = 0   # a memo key's entry for a Python number (a live tensor's plan_key is a positive int)
 _F32, _U32 = struct.Struct("<f").pack, struct.Struct("<I").unpack
@@ -152,6 +158,7 @@ class Elementwise(Operator):
         return float(n * self._ops), float(nbytes)
 
 
-ElementwiseFloat, ElementwiseDouble = typed(Elementwise, "Elementwise", "elementwise program")
+ElementwiseFloat, ElementwiseDouble, ElementwiseHalf, ElementwiseBFloat16 = typed(
+    Elementwise, "Elementwise", "elementwise program", DTYPES)
 
 

@@ -14,6 +14,9 @@ full-size operand and output is 16-byte aligned) with ITEMS in flight; block_siz
 elements per thread per step; enable_loop_unroll; enable_memory_coalescing; optimization_level and
 max_registers reach NVRTC. Full-size operands over 64 MiB per call move with evict-first hints.
 
+float16 and bfloat16 programs read their tensors exactly into float32, evaluate in float32 (numbers are float32
+parameters, literals float32 constants) and round each output once on store; 16-byte vectors hold 8 elements.
+
 Per input, in the vector kernel: "full" loads vectors; a run loads one value per vector when
 `inner` is a multiple of the vector width ("bcast": NCHW per-channel), a vector when inner is 1 and
 the extent a multiple of it ("vec": NHWC per-channel), else one value per element ("elem").
@@ -36,14 +39,13 @@ from ...expr import Program, generate_program, parse_program
 from ...layout import CONTIGUOUS
 from ...run.plan import Family, KernelLaunch, Plan, blob, i32, i64, ptr
 from ...target import Target
-from ..base import cdiv, dtype_tag, scalar_t
+from ..base import cdiv, compute_dtype, dtype_tag, scalar_t
 from . import broadcast
 from .broadcast import FULL, RUN, SCALAR, STRIDED, Layout
-from .kernels import STREAM_BYTES, MapChoice, map_choice
+from .kernels import DTYPES, STREAM_BYTES, MapChoice, half_params, map_choice
 
 TEMPLATE = "elementwise/expression.cu.jinja"
 NAME = "elementwise"
-DTYPES = ("float32", "float64")
 # What `cuopjit prewarm/show/explain elementwise` plan when no program is given: a ResNet block's tail.
 DEFAULT_PROGRAM = "out = relu(x * scale + shift + r)"
 DEFAULT_SHAPES = ({"x": (32, 256, 56, 56), "scale": (256, 1, 1), "shift": (256, 1, 1), "r": (32, 256, 56, 56)},
@@ -163,12 +165,12 @@ def plan(problem: ExprProblem, choice: MapChoice, target: Target) -> Plan:
     full_bytes = problem.n * dtype.itemsize * (sum(lay.kind == FULL for lay in problem.inputs) + problem.outputs)
     streaming = not choice.simple and full_bytes > STREAM_BYTES
     items = 1 if choice.simple else choice.items
-    together = group(items, vec, modes, dtype.itemsize, choice.threads) if choice.unroll else 1
+    together = group(items, vec, modes, compute_dtype(dtype).itemsize, choice.threads) if choice.unroll else 1
     params = {"scalar_t": scalar_t(dtype), "unroll": choice.unroll, "simple": choice.simple,
               "THREADS": choice.threads, "VEC": vec, "ITEMS": items, "GROUP": together,
               "STREAM": streaming, "idx64": idx64, "program": problem.program, "prelude": prelude, "body": body,
               "results": results, "modes": modes, "first": tuple(first), "RANK": len(problem.dims),
-              "AXES": axes, "NWORDS": len(words)}
+              "AXES": axes, "NWORDS": len(words), **half_params(dtype)}
     digest = hashlib.sha256(problem.program.encode()).hexdigest()[:8]
     name = (f"expr_{dtype_tag(dtype)}_{digest}_{''.join(_CODES[m] for m in modes)}_{choice.label}"
             + (f"_g{together}" if choice.unroll and together < items else "") + ("_cs" if streaming else "")
@@ -182,14 +184,14 @@ def plan(problem: ExprProblem, choice: MapChoice, target: Target) -> Plan:
     args = [ptr(i) for i in range(len(order))] + [i64(problem.n) if idx64 else i32(problem.n)]
     if words:
         args.append(blob(struct.pack(f"<{len(words)}{'Q' if idx64 else 'I'}", *words)))
-    units = "FP32 cores" if dtype == np.float32 else "FP64 cores"
+    units = "FP32 cores" if compute_dtype(dtype) == np.float32 else "FP64 cores"
     return Plan((KernelLaunch(spec, (grid,), (choice.threads,), tuple(args), units=units),), tuple(order),
                 choice=choice.label)
 
 
 def problems_for(program: Union[str, Program], dtype: Optional[str] = None,
                  shapes: Optional[Mapping[str, Optional[tuple[int, ...]]]] = None) -> list[ExprProblem]:
-    """Representative problems of `program` (what prewarm builds for it), for `dtype` or both.
+    """Representative problems of `program` (what prewarm builds for it), for `dtype` or every dtype.
 
     Without `shapes`: every input a full-size tensor, large and aligned (streaming), small and aligned,
     odd and unaligned. With `shapes` (input name -> shape, None for a Python number; an output's name

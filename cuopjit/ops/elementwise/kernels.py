@@ -1,5 +1,8 @@
 """The streaming map family (templates/elementwise/elementwise.cu.jinja): Scal, Axpy, Copy, Relu and Flatten.
 
+float16 and bfloat16 are read exactly into float32, computed there (alpha is a float32) and rounded once on store,
+in 16-byte vectors of 8; a copy moves them as stored (every bit kept).
+
 One kernel with an `op` parameter: y = op(x, y) over n elements. How each JITConfig field
 changes the code:
 
@@ -26,7 +29,7 @@ from ...build import pipeline
 from ...config import ConfigSnapshot
 from ...run.plan import Family, KernelLaunch, Plan, i64, ptr, scalar
 from ...target import Target
-from ..base import cdiv, dtype_tag, scalar_t, vector_width
+from ..base import HALF_DTYPES, cdiv, compute_dtype, dtype_tag, scalar_t, storage_t, vector_width
 from .. import knobs
 from ..choice import kernel_choice
 
@@ -34,6 +37,7 @@ TEMPLATE = "elementwise/elementwise.cu.jinja"
 DEFAULT_THREADS = 256
 STREAM_BYTES = 64 << 20   # above this, a call's data cannot stay in L2: use evict-first hints
 OPS = ("scal", "axpy", "copy", "relu")
+DTYPES = ("float32", "float64", *HALF_DTYPES)   # what the memory-bound families plan
 
 
 @dataclass(frozen=True)
@@ -87,20 +91,25 @@ def plan(problem: MapProblem, choice: MapChoice, target: Target) -> Plan:
     streaming = (not choice.simple
                  and problem.n * dtype.itemsize * (3 if problem.op == "axpy" else 2) > STREAM_BYTES)
     params = {"scalar_t": scalar_t(dtype), "unroll": choice.unroll, "op": problem.op, "simple": choice.simple,
-              "THREADS": choice.threads, "VEC": choice.vec, "ITEMS": choice.items, "STREAM": streaming}
+              "THREADS": choice.threads, "VEC": choice.vec, "ITEMS": choice.items, "STREAM": streaming,
+              **half_params(dtype)}
     name = (f"{problem.op}_{dtype_tag(dtype)}_{choice.label}" + ("_cs" if streaming else "")
             + ("" if choice.unroll else "_nounroll"))
     per_block = choice.threads * (1 if choice.simple else choice.vec * choice.items)
     grid = max(1, min(cdiv(problem.n, per_block), 2 ** 31 - 1))
     spec = pipeline.make_spec(TEMPLATE, "elementwise", name, params, choice.opts)
-    return Plan((KernelLaunch(spec, (grid,), (choice.threads,),
-                              (ptr(0), ptr(1), i64(problem.n), scalar(dtype, problem.alpha))),), ("x", "y"),
-                choice=choice.label)
+    args = (ptr(0), ptr(1), i64(problem.n), scalar(compute_dtype(dtype), problem.alpha))
+    return Plan((KernelLaunch(spec, (grid,), (choice.threads,), args),), ("x", "y"), choice=choice.label)
+
+
+def half_params(dtype: np.dtype) -> dict:
+    """The template parameter of a 16-bit dtype's tensors (elem_t: common/stored.cuh), none for float and double."""
+    return {"elem_t": storage_t(dtype)} if np.dtype(dtype).name in HALF_DTYPES else {}
 
 
 def problems(op: str) -> list[MapProblem]:
-    """Large aligned (streaming), small aligned and unaligned maps of both dtypes."""
-    return [MapProblem(op, dt, n, aligned) for dt in ("float32", "float64")
+    """Large aligned (streaming), small aligned and unaligned maps of every dtype."""
+    return [MapProblem(op, dt, n, aligned) for dt in DTYPES
             for n, aligned in ((1 << 28, True), (1 << 20, True), (4097, False))]
 
 

@@ -1,4 +1,4 @@
-"""ReluFloat / ReluDouble: y = max(x, 0) elementwise (NaN stays NaN), in place when y is x.
+"""ReluFloat / ReluDouble / ReluHalf / ReluBFloat16: y = max(x, 0) elementwise (NaN stays NaN), in place when y is x.
 
 A map reads x's buffer in memory order, so any layout works (contiguous, channels_last, transposed) when x and y
 share it (memory order: a channels_last y of C == 1 is contiguous); the kernel is the same for all of them."""
@@ -39,6 +39,6 @@ class Relu(Operator):
         return float(x.size), 2.0 * x.size * self.dtype.itemsize
 
 
-ReluFloat, ReluDouble = typed(Relu, "Relu", "ReLU")
+ReluFloat, ReluDouble, ReluHalf, ReluBFloat16 = typed(Relu, "Relu", "ReLU", elementwise.DTYPES)
 
 

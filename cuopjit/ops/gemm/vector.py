@@ -38,6 +38,11 @@ class VectorChoice:
     def label(self) -> str:
         return "gemv_" + self.gemv.label
 
+    @property
+    def opts(self):
+        """How its kernels compile (a caller planning launches of its own beside them uses the same)."""
+        return self.gemv.opts
+
 
 def as_gemv(problem: GemmProblem) -> tuple[gemv.GemvProblem, tuple[int, int, int]] | None:
     """(the GEMV, which GEMM operand is its matrix, vector and output) where `problem` is one, else None."""

@@ -49,6 +49,11 @@ class SplitKChoice:
     def label(self) -> str:
         return f"{self.inner.label}_splitk{self.splits}"
 
+    @property
+    def opts(self):
+        """How its kernels compile (a caller planning launches of its own beside them uses the same)."""
+        return self.inner.opts
+
 
 def sliced(problem: GemmProblem, splits: int) -> GemmProblem:
     """The batched problem of `splits` K slices, each written packed (ldc = N) into its own partial, beta 0."""

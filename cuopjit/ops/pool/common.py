@@ -1,5 +1,6 @@
 """2-D pooling over NCHW or channels_last: MaxPool2D, AveragePool2D (windowed.py), GlobalMaxPool2D,
-GlobalAveragePool2D (global_pool.py), Float/Double; this module holds what both families share.
+GlobalAveragePool2D (global_pool.py), Float/Double/Half/BFloat16; this module holds what both families share.
+float16 and bfloat16 pool in float32 (average sums included) and round once on store, with 16-byte vectors of 8.
 
 x and y are both contiguous (NCHW) or both channels_last (a mismatch raises naming both layouts; a global
 pool's N x C x 1 x 1 output is either, the memory being the same); channels_last runs its own kernels, with
@@ -32,8 +33,11 @@ optimization_level and max_registers reach NVRTC.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ...config import ConfigSnapshot
 from .. import knobs
+from ..base import compute_dtype
 
 TEMPLATE = "pool/pool.cu.jinja"
 TEMPLATE_NHWC = "pool/pool_nhwc.cu.jinja"
@@ -49,4 +53,4 @@ def check_tile_size(cfg: ConfigSnapshot) -> None:
 
 
 def units(dtype: str) -> str:
-    return "FP32 cores" if dtype == "float32" else "FP64 cores"
+    return "FP32 cores" if compute_dtype(dtype) == np.float32 else "FP64 cores"

@@ -19,6 +19,7 @@ from ...layout import CHANNELS_LAST, CONTIGUOUS
 from ...tensor import Tensor
 from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width, typed
 from ..layouts import memory_layout
+from ..elementwise.kernels import DTYPES, half_params
 from . import nhwc
 from .common import GLOBAL_MAX_ITEMS, GLOBAL_THREADS, TEMPLATE, check_tile_size, units
 from ..choice import kernel_choice
@@ -87,7 +88,7 @@ def global_plan(problem: GlobalProblem, choice: Any, target: Target) -> Plan:
     dtype = np.dtype(problem.dtype)
     params = {"scalar_t": scalar_t(dtype), "unroll": True, "op": problem.op, "kernel": "global_pool",
               "THREADS": choice.threads, "VEC": vector_width(dtype), "TPR": choice.tpr, "ITEMS": choice.items,
-              "VEC_G": choice.vg}
+              "VEC_G": choice.vg, **half_params(dtype)}
     name = f"global{problem.op}pool_{dtype_tag(dtype)}_{choice.label}"
     spec = pipeline.make_spec(TEMPLATE, "global_pool", name, params, choice.opts)
     grid = min(cdiv(problem.rows, choice.threads // choice.tpr), 2 ** 31 - 1)
@@ -97,11 +98,11 @@ def global_plan(problem: GlobalProblem, choice: Any, target: Target) -> Plan:
 
 
 def global_problems(op: str) -> list[GlobalProblem]:
-    """56 x 56 aligned planes, 7 x 7 unaligned ones and 1 x 1 planes, both dtypes; channels_last: 32 x 256 x 56 x 56
+    """56 x 56 aligned planes, 7 x 7 unaligned ones and 1 x 1 planes, every dtype; channels_last: 32 x 256 x 56 x 56
     (split over the pixels), ResNet's last 32 x 2048 x 7 x 7 and an odd 2 x 33 x 7 x 13."""
-    return ([GlobalProblem(op, dt, 32 * 64, hw, aligned) for dt in ("float32", "float64")
+    return ([GlobalProblem(op, dt, 32 * 64, hw, aligned) for dt in DTYPES
              for hw, aligned in ((56 * 56, True), (7 * 7, False), (1, False))]
-            + [GlobalProblem(op, dt, n, hw, aligned, CHANNELS_LAST, c) for dt in ("float32", "float64")
+            + [GlobalProblem(op, dt, n, hw, aligned, CHANNELS_LAST, c) for dt in DTYPES
                for n, c, hw, aligned in ((32, 256, 56 * 56, True), (32, 2048, 7 * 7, True), (2, 33, 7 * 13, False))])
 
 
@@ -148,8 +149,9 @@ class GlobalAveragePool2D(GlobalPool2D):
     family = global_family("avg")
 
 
-GlobalMaxPool2DFloat, GlobalMaxPool2DDouble = typed(GlobalPool2D, "GlobalMaxPool2D", "global max pooling")
-GlobalAveragePool2DFloat, GlobalAveragePool2DDouble = typed(
-    GlobalAveragePool2D, "GlobalAveragePool2D", "global average pooling")
+GlobalMaxPool2DFloat, GlobalMaxPool2DDouble, GlobalMaxPool2DHalf, GlobalMaxPool2DBFloat16 = typed(
+    GlobalPool2D, "GlobalMaxPool2D", "global max pooling", DTYPES)
+GlobalAveragePool2DFloat, GlobalAveragePool2DDouble, GlobalAveragePool2DHalf, GlobalAveragePool2DBFloat16 = typed(
+    GlobalAveragePool2D, "GlobalAveragePool2D", "global average pooling", DTYPES)
 
 

@@ -28,7 +28,8 @@ from ...build import pipeline
 from ...config import ConfigSnapshot
 from ...run.plan import KernelLaunch, Plan, i32, i64, ptr
 from ...target import Target
-from ..base import cdiv, dtype_tag, scalar_t, vector_width
+from ..base import cdiv, compute_dtype, dtype_tag, scalar_t, vector_width
+from ..elementwise.kernels import half_params
 from .common import TEMPLATE_NHWC, units
 from ..choice import kernel_choice
 
@@ -55,7 +56,7 @@ def choices(problem: Any, cfg: ConfigSnapshot, target: Target, aligned: bool, wi
 def _spec(problem: Any, choice: NhwcChoice, kernel: str, name: str, **extra: Any) -> pipeline.KernelSpec:
     dtype = np.dtype(problem.dtype)
     params = {"scalar_t": scalar_t(dtype), "unroll": True, "op": problem.op, "kernel": kernel,
-              "THREADS": choice.threads, "VEC": choice.vec, **extra}
+              "THREADS": choice.threads, "VEC": choice.vec, **extra, **half_params(dtype)}
     return pipeline.make_spec(TEMPLATE_NHWC, kernel, f"{name}_{dtype_tag(dtype)}_{choice.label}", params,
                               choice.opts)
 
@@ -91,14 +92,16 @@ def global_plan(problem: Any, choice: NhwcChoice, target: Target) -> Plan:
     cb = min(cols, choice.threads)
     rl, chunks = choice.threads // cb, cdiv(cols, cb)
     splits = global_splits(n, hw, chunks, rl, choice, target)
-    reduce = _spec(problem, choice, "global_nhwc", f"global{problem.op}pool_nhwc", ITEMS=choice.items)
+    partial = {"PARTIAL": True} if splits > 1 and half_params(dtype) else {}   # 16-bit x: partials stay float
+    reduce = _spec(problem, choice, "global_nhwc", f"global{problem.op}pool_nhwc" + ("_part" if partial else ""),
+                   ITEMS=choice.items, **partial)
     out = ptr(1) if splits == 1 else ptr(2)
     launches = [KernelLaunch(reduce, (n * splits * chunks,), (choice.threads,),
                              (ptr(0), out, i64(hw), i32(cols), i32(cb), i32(rl), i32(chunks), i32(splits)),
                              units=units(problem.dtype))]
     workspace = 0
     if splits > 1:
-        workspace = n * splits * c * dtype.itemsize
+        workspace = n * splits * c * compute_dtype(dtype).itemsize
         final = _spec(problem, NhwcChoice(choice.threads, 1, 1, opts=choice.opts), "global_nhwc_final",
                       f"global{problem.op}pool_nhwc_final")
         total = n * c

@@ -18,6 +18,7 @@ from ...layout import CHANNELS_LAST, CONTIGUOUS
 from ...tensor import Tensor
 from ..base import Operator, cdiv, dtype_tag, scalar_t, vector_width, typed
 from ..layouts import same_layout
+from ..elementwise.kernels import DTYPES, half_params
 from . import nhwc
 from .common import DEFAULT_THREADS, OPT_VECTORS, TEMPLATE, check_tile_size, units
 from ..choice import kernel_choice
@@ -74,7 +75,8 @@ def window_choices(problem: WindowProblem, cfg: ConfigSnapshot, target: Target) 
     simple = cfg.kernel_type == "simple"
     opt = 1 if simple else (cfg.tile_size or outputs_per_thread(dtype, problem.ow))
     coalesce = cfg.enable_memory_coalescing and not simple
-    vec_in = bool(coalesce and problem.aligned_in and problem.w % vec == 0 and win.pw == 0
+    padded = win.pw == 0 or (dtype.itemsize == 2 and win.pw <= vec)   # 16-bit rows: VEC_PAD (pool.cu.jinja)
+    vec_in = bool(coalesce and problem.aligned_in and problem.w % vec == 0 and padded
                   and (opt * win.sw) % vec == 0)
     vec_out = bool(coalesce and problem.aligned_out and problem.ow % vec == 0 and opt % vec == 0)
     return [WindowChoice(cfg.block_size or DEFAULT_THREADS, opt, vec_in, vec_out, opts=pipeline.compile_opts(cfg))]
@@ -92,7 +94,9 @@ def window_plan(problem: WindowProblem, choice: Any, target: Target) -> Plan:
     params = {"scalar_t": scalar_t(dtype), "unroll": True, "op": problem.op, "kernel": "pool2d",
               "THREADS": threads, "VEC": vector_width(dtype), "KH": win.kh, "KW": win.kw, "SH": win.sh,
               "SW": win.sw, "PH": win.ph, "PW": win.pw, "OPT": choice.opt, "VEC_IN": choice.vec_in,
-              "VEC_OUT": choice.vec_out, "WIDE": wide}
+              "VEC_OUT": choice.vec_out, "WIDE": wide, **half_params(dtype)}
+    if choice.vec_in and win.pw > 0:
+        params["VEC_PAD"] = True
     name = (f"{problem.op}pool2d_{dtype_tag(dtype)}_k{win.kh}x{win.kw}_s{win.sh}x{win.sw}_p{win.ph}x{win.pw}"
             f"_{choice.label}" + ("_wide" if wide else ""))
     spec = pipeline.make_spec(TEMPLATE, "pool2d", name, params, choice.opts)
@@ -110,10 +114,10 @@ def window_problems(op: str) -> list[WindowProblem]:
              (Window(2, 2, 2, 2, 0, 0), 7, 33, 33, 16, 16, False))
     nhwc_cases = ((Window(3, 3, 2, 2, 1, 1), 32, 256, 56, 56, 28, 28, True),
                   (Window(2, 2, 2, 2, 0, 0), 2, 5, 13, 7, 6, 3, False))
-    return ([WindowProblem(op, dt, planes, h, w, oh, ow, win, aligned, aligned) for dt in ("float32", "float64")
+    return ([WindowProblem(op, dt, planes, h, w, oh, ow, win, aligned, aligned) for dt in DTYPES
              for win, planes, h, w, oh, ow, aligned in cases]
             + [WindowProblem(op, dt, n, h, w, oh, ow, win, aligned, aligned, CHANNELS_LAST, c)
-               for dt in ("float32", "float64") for win, n, c, h, w, oh, ow, aligned in nhwc_cases])
+               for dt in DTYPES for win, n, c, h, w, oh, ow, aligned in nhwc_cases])
 
 
 def window_family(op: str) -> Family:
@@ -200,7 +204,9 @@ class AveragePool2D(Pool2D):
     family = window_family("avg")
 
 
-MaxPool2DFloat, MaxPool2DDouble = typed(Pool2D, "MaxPool2D", "max pooling")
-AveragePool2DFloat, AveragePool2DDouble = typed(AveragePool2D, "AveragePool2D", "average pooling, padding counted")
+MaxPool2DFloat, MaxPool2DDouble, MaxPool2DHalf, MaxPool2DBFloat16 = typed(
+    Pool2D, "MaxPool2D", "max pooling", DTYPES)
+AveragePool2DFloat, AveragePool2DDouble, AveragePool2DHalf, AveragePool2DBFloat16 = typed(
+    AveragePool2D, "AveragePool2D", "average pooling, padding counted", DTYPES)
 
 

@@ -8,7 +8,6 @@ against float64 eager, a graph with an unsupported op, CUDA-graph replay and `ex
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 
 import numpy as np
@@ -23,6 +22,7 @@ import torch.nn.functional as F  # noqa: E402
 from cuopjit.expr import evaluate, evaluate_program, parse_epilogue, parse_program  # noqa: E402
 from cuopjit.torch import backend, fusion, kernels, program  # noqa: E402
 from conftest import rel_error  # noqa: E402
+from torch_support import tf32  # noqa: E402
 
 
 class Block(nn.Module):
@@ -300,16 +300,6 @@ def test_rewritten_graph_with_reference_operators_equals_eager(name, monkeypatch
 
 
 # --- GPU: real kernels against float64 eager ---------------------------------------------------------------
-@contextlib.contextmanager
-def tf32(enabled: bool):
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
 def _against_float64(model, x, tf32_on: bool, **options):
     """(our relative error, torch eager's at the same precision) against float64 eager, on the GPU."""
     model = model.cuda().eval()

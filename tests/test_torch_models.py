@@ -10,7 +10,6 @@ result must also stay within 10x torch eager's own error at the same precision (
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 
 import pytest
@@ -19,6 +18,7 @@ torch = pytest.importorskip("torch")
 ct = pytest.importorskip("cuopjit.torch")
 
 from conftest import rel_error  # noqa: E402
+from torch_support import tf32  # noqa: E402
 
 TOLERANCE = {"fp32": 1e-4, "tf32": 3e-2}
 FP32_FLOOR = 1e-6
@@ -27,16 +27,6 @@ FP32_FLOOR = 1e-6
 # adds up over ResNet-50's 53 convolutions: 7.0e-3 against eager's 6.6e-4 on H100, batch 32, channels_last);
 # weights are rounded once when packed
 FACTOR = {"fp32": 10, "tf32": 16}
-
-
-@contextlib.contextmanager
-def tf32(enabled: bool):
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def _model(name: str, size: int):

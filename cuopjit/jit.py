@@ -187,138 +187,45 @@ class JITWrapper:
     __call__ = forward
 
 
-# The named JIT wrappers of the cuOP API: which operator class each one wraps.
-class JITGemmFloat(JITWrapper):
-    operator_type = GemmFloat
-
-
-class JITGemmDouble(JITWrapper):
-    operator_type = GemmDouble
-
-
-class JITGemvFloat(JITWrapper):
-    operator_type = GemvFloat
-
-
-class JITGemvDouble(JITWrapper):
-    operator_type = GemvDouble
-
-
-class JITMatMulFloat(JITWrapper):
-    operator_type = MatMulFloat
-
-
-class JITMatMulDouble(JITWrapper):
-    operator_type = MatMulDouble
-
-
-class JITBatchMatMulFloat(JITWrapper):
-    operator_type = BatchMatMulFloat
-
-
-class JITBatchMatMulDouble(JITWrapper):
-    operator_type = BatchMatMulDouble
-
-
-class JITSymmFloat(JITWrapper):
-    operator_type = SymmFloat
-
-
-class JITSymmDouble(JITWrapper):
-    operator_type = SymmDouble
-
-
-class JITTrsmFloat(JITWrapper):
-    operator_type = TrsmFloat
-
-
-class JITTrsmDouble(JITWrapper):
-    operator_type = TrsmDouble
-
-
-class JITReluFloat(JITWrapper):
-    operator_type = ReluFloat
-
-
-class JITReluDouble(JITWrapper):
-    operator_type = ReluDouble
-
-
-class JITReluHalf(JITWrapper):
-    operator_type = ReluHalf
-
-
-class JITReluBFloat16(JITWrapper):
-    operator_type = ReluBFloat16
-
-
-class JITSoftmaxFloat(JITWrapper):
-    operator_type = SoftmaxFloat
-
-
-class JITSoftmaxDouble(JITWrapper):
-    operator_type = SoftmaxDouble
-
-
-class JITLayerNormFloat(JITWrapper):
-    operator_type = LayerNormFloat
-
-
-class JITLayerNormDouble(JITWrapper):
-    operator_type = LayerNormDouble
-
-
-class JITSoftmaxHalf(JITWrapper):
-    operator_type = SoftmaxHalf
-
-
-class JITSoftmaxBFloat16(JITWrapper):
-    operator_type = SoftmaxBFloat16
-
-
-class JITLayerNormHalf(JITWrapper):
-    operator_type = LayerNormHalf
-
-
-class JITLayerNormBFloat16(JITWrapper):
-    operator_type = LayerNormBFloat16
-
-
-class JITBatchNormFloat(JITWrapper):
-    operator_type = BatchNormFloat
-
-
-class JITBatchNormDouble(JITWrapper):
-    operator_type = BatchNormDouble
-
-
-class JITBatchNormHalf(JITWrapper):
-    operator_type = BatchNormHalf
-
-
-class JITBatchNormBFloat16(JITWrapper):
-    operator_type = BatchNormBFloat16
-
-
-class JITConvolution2DFloat(JITWrapper):
-    operator_type = Convolution2DFloat
-
-
-class JITConvolution2DDouble(JITWrapper):
-    operator_type = Convolution2DDouble
-
-
-class JITElementwiseFloat(JITWrapper):
-    operator_type = ElementwiseFloat
-
-
-class JITElementwiseDouble(JITWrapper):
-    operator_type = ElementwiseDouble
-
-
-class JITElementwiseHalf(JITWrapper):
-    operator_type = ElementwiseHalf
-
-
-class JITElementwiseBFloat16(JITWrapper):
-    operator_type = ElementwiseBFloat16
+def _wrapper(operator_type: type[Operator]) -> type[JITWrapper]:
+    """The named JIT wrapper of the cuOP API for one operator class: JIT + its name, in this module."""
+    name = "JIT" + operator_type.__name__
+    return type(name, (JITWrapper,), {"operator_type": operator_type, "__module__": __name__, "__qualname__": name,
+                                      "__doc__": f"{operator_type.__name__} run under the wrapper's own JITConfig."})
+
+
+# The named JIT wrappers of the cuOP API, one per operator class.
+JITGemmFloat = _wrapper(GemmFloat)
+JITGemmDouble = _wrapper(GemmDouble)
+JITGemvFloat = _wrapper(GemvFloat)
+JITGemvDouble = _wrapper(GemvDouble)
+JITMatMulFloat = _wrapper(MatMulFloat)
+JITMatMulDouble = _wrapper(MatMulDouble)
+JITBatchMatMulFloat = _wrapper(BatchMatMulFloat)
+JITBatchMatMulDouble = _wrapper(BatchMatMulDouble)
+JITSymmFloat = _wrapper(SymmFloat)
+JITSymmDouble = _wrapper(SymmDouble)
+JITTrsmFloat = _wrapper(TrsmFloat)
+JITTrsmDouble = _wrapper(TrsmDouble)
+JITReluFloat = _wrapper(ReluFloat)
+JITReluDouble = _wrapper(ReluDouble)
+JITReluHalf = _wrapper(ReluHalf)
+JITReluBFloat16 = _wrapper(ReluBFloat16)
+JITSoftmaxFloat = _wrapper(SoftmaxFloat)
+JITSoftmaxDouble = _wrapper(SoftmaxDouble)
+JITLayerNormFloat = _wrapper(LayerNormFloat)
+JITLayerNormDouble = _wrapper(LayerNormDouble)
+JITSoftmaxHalf = _wrapper(SoftmaxHalf)
+JITSoftmaxBFloat16 = _wrapper(SoftmaxBFloat16)
+JITLayerNormHalf = _wrapper(LayerNormHalf)
+JITLayerNormBFloat16 = _wrapper(LayerNormBFloat16)
+JITBatchNormFloat = _wrapper(BatchNormFloat)
+JITBatchNormDouble = _wrapper(BatchNormDouble)
+JITBatchNormHalf = _wrapper(BatchNormHalf)
+JITBatchNormBFloat16 = _wrapper(BatchNormBFloat16)
+JITConvolution2DFloat = _wrapper(Convolution2DFloat)
+JITConvolution2DDouble = _wrapper(Convolution2DDouble)
+JITElementwiseFloat = _wrapper(ElementwiseFloat)
+JITElementwiseDouble = _wrapper(ElementwiseDouble)
+JITElementwiseHalf = _wrapper(ElementwiseHalf)
+JITElementwiseBFloat16 = _wrapper(ElementwiseBFloat16)

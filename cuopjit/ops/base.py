@@ -15,7 +15,6 @@ given (a JIT wrapper's, or DEFAULT), loads the kernels and memoises the result.
 """
 from __future__ import annotations
 
-import sys
 import threading
 from typing import Any, Callable, ClassVar, Hashable, Sequence
 
@@ -221,8 +220,8 @@ _SUFFIXES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat
 
 def typed(base: type[Operator], name: str, what: str, dtypes: Sequence[str] = ("float32", "float64")) -> tuple:
     """`base`'s concrete classes, one per dtype, named as cuOP names them (`name` + Float, Double, Half,
-    BFloat16) and defined in the caller's module: `GemmFloat, GemmDouble = typed(Gemm, "Gemm", "GEMM")`."""
-    module = sys._getframe(1).f_globals["__name__"]
+    BFloat16) and belonging to base's module: `GemmFloat, GemmDouble = typed(Gemm, "Gemm", "GEMM")` there."""
+    module = base.__module__
     classes = []
     for dt in dtypes:
         cls = name + _SUFFIXES[dt]

@@ -16,19 +16,18 @@ the median of batches of 500 calls, interleaved batch by batch, with an untimed 
 """
 from __future__ import annotations
 
-import statistics
 import time
 
 import numpy as np
 
 import cuopjit
 from cuopjit.cache import get_cache
+from launch import BATCH, per_call_us
 from mb_common import time_pair
 
 BLOCK = (32, 256, 64, 56)            # batch, block channels, bottleneck width, image side
 BLOCK_GOAL = {"fp32": 1.15, "tf32": 1.3}
 HOST_GOAL = 1.05
-BATCH = 500
 
 
 def block_cases() -> list[dict]:
@@ -105,19 +104,6 @@ def run_block(case: dict, repeat: int) -> dict:
     return row
 
 
-def _per_call_us(methods: dict, batches: int = 40) -> dict:
-    """Median host microseconds per call of each method, interleaved batch by batch."""
-    samples: dict = {name: [] for name in methods}
-    for _ in range(batches):
-        for name, fn in methods.items():
-            t0 = time.perf_counter_ns()
-            for _ in range(BATCH):
-                fn()
-            samples[name].append((time.perf_counter_ns() - t0) / BATCH / 1e3)
-            cuopjit.synchronize()
-    return {name: statistics.median(v) for name, v in samples.items()}
-
-
 def host_rows() -> list[dict]:
     """A new epilogue's first forward (kernels compiled) and the warm host time fused / plain, GEMM and Conv2D."""
     fresh = f"{1 + time.time_ns() % 999983 / 1e6:.6f}"     # a number literal no earlier run compiled
@@ -139,10 +125,8 @@ def host_rows() -> list[dict]:
         fused.forward(*args, **kwargs)
         cuopjit.synchronize()
         compiles = get_cache().stats().compiles - before
-        for _ in range(BATCH):
-            plain.forward(*args, **kwargs), fused.forward(*args, **kwargs)
-        us = _per_call_us({"plain": lambda: plain.forward(*args, **kwargs),
-                           "fused": lambda: fused.forward(*args, **kwargs)})
+        us = per_call_us({"plain": lambda: plain.forward(*args, **kwargs),     # warms both, then 40 rounds
+                          "fused": lambda: fused.forward(*args, **kwargs)}, 40 * BATCH)
         ratio = us["fused"] / us["plain"]
         rows.append({"name": name, "first_forward_compiles": compiles, "plain_us": us["plain"],
                      "fused_us": us["fused"], "ratio": ratio, "goal": HOST_GOAL,

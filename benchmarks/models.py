@@ -31,7 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from mb_common import _inner, _timed  # noqa: E402
-from results_io import RESULTS, require_gpu, save_json  # noqa: E402
+from results_io import RESULTS, pyplot, require_gpu, save_json  # noqa: E402
 
 SIDES = ("cuopjit", "eager", "inductor")
 # name, model, batch, channels_last, backend options, goals vs eager and vs inductor by precision
@@ -163,12 +163,8 @@ def first_results(sides: list[str]) -> dict:
 
 def chart(rows: list[dict], png: str) -> None:
     """Speed-ups of cuopjit over eager and over inductor per row, a line at parity (nothing without matplotlib)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib missing: no chart)")
+    plt = pyplot()
+    if plt is None:
         return
     labels = [f"{r['name']} {r['precision']}" for r in rows]
     fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(rows)), 5))

@@ -56,16 +56,24 @@ def save_json(path: str | os.PathLike, result: dict, gpu: bool) -> Path:
     return target
 
 
-def bar_chart(path: str, labels: list[str], mine: list[float], theirs: list[float], their_label: str,
-              ylabel: str, width: float = 0.55, decorate=None) -> None:
-    """cuopjit's and the reference's bars per workload as a PNG at `path` (nothing without matplotlib);
-    `decorate(ax, xs)` adds a script's own marks (a roofline, the copy bandwidth)."""
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None (saying so) where matplotlib is not installed."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         print("(matplotlib missing: no chart)")
+        return None
+    return plt
+
+
+def bar_chart(path: str, labels: list[str], mine: list[float], theirs: list[float], their_label: str,
+              ylabel: str, width: float = 0.55, decorate=None) -> None:
+    """cuopjit's and the reference's bars per workload as a PNG at `path` (nothing without matplotlib);
+    `decorate(ax, xs)` adds a script's own marks (a roofline, the copy bandwidth)."""
+    plt = pyplot()
+    if plt is None:
         return
     xs = list(range(len(labels)))
     fig, ax = plt.subplots(figsize=(max(8, width * len(labels)), 6))
@@ -86,12 +94,8 @@ def ratio_panels(path: str, labels: list[str], panels: dict[str, list[float | No
                  title: str = "") -> None:
     """A PNG at `path` with one panel per entry of `panels` (a precision): a bar per label (None: no bar) with
     its value printed above it, and a line at 1.0 (parity); nothing without matplotlib."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib missing: no chart)")
+    plt = pyplot()
+    if plt is None:
         return
     xs = list(range(len(labels)))
     fig, axes = plt.subplots(len(panels), 1, figsize=(max(8, 0.42 * len(labels)), 3.2 * len(panels) + 1.6),

@@ -4,6 +4,7 @@ float64 NumPy references (cuopjit.expr.evaluate), outputs NaN-poisoned and fence
 operands bound once and passed per call, Python numbers changed between calls without a new plan."""
 from __future__ import annotations
 
+import functools
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -207,16 +208,19 @@ def test_conv_relu_and_bias_keep_their_results(rng):
     assert rel_error(z.to_numpy(), ref) <= TOL["f32"]
 
 
+def plan_specs(specs: dict, op, fields: dict, args: tuple, given: dict, expr: str) -> None:
+    """Add to `specs` the (kernel spec, arch) pairs op.forward(*args, **the keywords `expr` reads of `given`) plans
+    under a config of `fields` (built in parallel by the module fixtures here and in test_epilogue_staged_gpu)."""
+    used = {k: v for k, v in given.items() if k in ("pad_h", "pad_w", *parse_epilogue(expr).operands)}
+    plan, target = plan_of(op, RunSettings.of(make_config(**fields).snapshot()), args, used)
+    specs.update((spec, target.arch) for spec in plan.specs)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def built_in_parallel():
     """Every case's kernels compiled at once, in threads (the tests then load them from the session's cache)."""
     P, specs = placeholder, {}
-
-    def add(op, fields, args, given, expr):
-        used = {k: v for k, v in given.items() if k in ("pad_h", "pad_w", *parse_epilogue(expr).operands)}
-        plan, target = plan_of(op, RunSettings.of(make_config(**fields).snapshot()), args, used)
-        specs.update((spec, target.arch) for spec in plan.specs)
-
+    add = functools.partial(plan_specs, specs)
     for _, dtype, fields, (m, n, k), tb, _ in GEMMS:
         g = (cuopjit.GemmFloat if dtype == np.float32 else cuopjit.GemmDouble)(trans_b=tb)
         g.set_weight(P((n, k) if tb else (k, n), dtype))

@@ -5,6 +5,7 @@ C, an operand that is not 16-byte aligned (element by element instead of vectors
 convolutions whose pixel rows end inside a run; against float64 references, outputs NaN-poisoned and fenced."""
 from __future__ import annotations
 
+import functools
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -12,10 +13,9 @@ import pytest
 
 import cuopjit
 from cuopjit.build import pipeline
-from cuopjit.config import DEFAULT, RunSettings
+from cuopjit.config import DEFAULT
 from cuopjit.device import driver
 from cuopjit.expr import evaluate, parse_epilogue
-from cuopjit.listing import plan_of
 from cuopjit.ops.gemm import wgmma as gw
 from cuopjit.recipes import placeholder
 from cuopjit.run import executor
@@ -23,7 +23,7 @@ from cuopjit.target import of_device
 
 from conftest import check_guards, guarded, make_config, rel_error
 from test_conv2d import _reference
-from test_epilogue_gpu import EVERY, TOL, WITH_C, _run, _values
+from test_epilogue_gpu import EVERY, TOL, WITH_C, _run, _values, plan_specs
 
 pytestmark = pytest.mark.gpu
 
@@ -144,12 +144,7 @@ def test_tile_widths(rng, consumers, qn, trans_b):
 def built_in_parallel():
     """Every case's kernels compiled at once, in threads (the tests then load them from the session's cache)."""
     P, specs = placeholder, {}
-
-    def add(op, fields, args, given, expr):
-        used = {k: v for k, v in given.items() if k in ("pad_h", "pad_w", *parse_epilogue(expr).operands)}
-        plan, target = plan_of(op, RunSettings.of(make_config(**fields).snapshot()), args, used)
-        specs.update((spec, target.arch) for spec in plan.specs)
-
+    add = functools.partial(plan_specs, specs)
     for _, fields, (m, n, k), tb in GEMMS:
         g = cuopjit.GemmFloat(trans_b=tb)
         g.set_weight(P((n, k) if tb else (k, n), np.float32))

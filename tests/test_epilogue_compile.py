@@ -48,8 +48,8 @@ def fused_plans(t):
     for fields in CONFIGS:
         cfg = make_config(**fields).snapshot()
         for family, p in problems:
-            if p.dtype == "float64" and "precision" in fields:
-                continue
+            if p.dtype == "float64" and "precision" in fields or p.dtype in ("float16", "bfloat16"):
+                continue            # 16-bit fused kernels: test_gemm_half_compile.py compiles a few
             out.append(family.default_plan(p, cfg, t))
     # the cp.async SIMT kernel is a tuning candidate (both operands k-major), never the first choice
     simt = dataclasses.replace(gemms[-3], epilogue=KEY)

@@ -76,7 +76,7 @@ def test_prewarm_problems_compile_under_the_seed_configurations(arch):
 
 def test_problems_cover_both_dtypes_and_what_a_default_gemm_runs():
     probs = gk.problems()
-    assert {p.dtype for p in probs} == {"float32", "float64"}
+    assert {p.dtype for p in probs} == {"float32", "float64", "float16", "bfloat16"}
     default = JITConfig().snapshot()
     built = {s for p in probs for s in gk.FAMILY.default_plan(p, default, SM90).specs}
     for dtype in ("float32", "float64"):
@@ -299,8 +299,8 @@ def test_bad_kernel_type_and_dtype_raise():
     cfg = dataclasses.replace(JITConfig().snapshot(), kernel_type="fancy")
     with pytest.raises(ValueError, match="GEMM kernel_type='fancy' is not allowed: choose one of 'auto', 'simple'"):
         gk.choices(gk.packed("float32", 8, 8, 8), cfg, SM90)
-    with pytest.raises(TypeError, match="GEMM supports float32 and float64, not float16"):
-        gk.choices(gk.packed("float16", 8, 8, 8), JITConfig().snapshot(), SM90)
+    with pytest.raises(TypeError, match="GEMM supports float32, float64, float16 and bfloat16, not int32"):
+        gk.choices(gk.packed("int32", 8, 8, 8), JITConfig().snapshot(), SM90)
 
 
 @pytest.mark.parametrize("field, value", [("cluster", (2, 1))])

@@ -7,7 +7,10 @@ product run as GEMV. Transposed operands (trans flags, or layout "transposed" vi
 trans_a / trans_b. How each JITConfig field changes the code:
 
     kernel_type     "auto": float64 -> DMMA mma.sync; float32 -> SIMT, or TF32 mma.sync with
-                    enable_tensor_core=True. "tiled": SIMT, or mma.sync (TF32 / DMMA) with
+                    enable_tensor_core=True; float16 / bfloat16 -> tensor cores (exact products, float32
+                    sums): wgmma f16 / bf16 on sm_90 (TMA: 16-byte aligned operands and strides), mma.sync
+                    m16n8k16 on sm_80+ (aligned; mma16.py), else the one-stage kernel reading halves (TF32
+                    mma.sync, exact on 16-bit values); "simple" and enable_tensor_core=False with "tiled" SIMT. "tiled": SIMT, or mma.sync (TF32 / DMMA) with
                     enable_tensor_core=True. "warp_optimized": the warp-tiled mma.sync kernel wherever
                     it loses no precision (float64: DMMA) or enable_tensor_core=True grants TF32;
                     float32 otherwise SIMT. "tensor_core": mma.sync (float32 as TF32 even without

@@ -30,9 +30,12 @@ from ...tensor import Tensor
 from . import plans as gemm_plans
 from .problem import retarget
 from .. import epilogue
-from ..base import Operator, vector_width, typed
+from ..base import HALF_DTYPES, Operator, vector_width, typed
 from ..epilogue_operator import Fusable
 from ..params import plan_setting
+
+
+DTYPES = ("float32", "float64", *HALF_DTYPES)
 
 
 @dataclass(frozen=True)
@@ -77,13 +80,13 @@ def _batched(dt: str, batch: int, m: int, n: int, k: int, broadcast_b: bool = Fa
 
 def problems() -> list[MatMulProblem]:
     """2-D products (the GEMM family's own square ones) and the batched goal shape."""
-    return [MatMulProblem(gemm_plans.packed(dt, s, s, s)) for dt in ("float32", "float64") for s in (4096, 1000)] \
-        + [_batched(dt, 100, 256, 256, 256) for dt in ("float32", "float64")]
+    return [MatMulProblem(gemm_plans.packed(dt, s, s, s)) for dt in DTYPES for s in (4096, 1000)] \
+        + [_batched(dt, 100, 256, 256, 256) for dt in DTYPES]
 
 
 def batch_problems() -> list[MatMulProblem]:
     """The seed's 100 x 256³ batch, a broadcast weight, and an odd unaligned batch."""
-    return [p for dt in ("float32", "float64")
+    return [p for dt in DTYPES
             for p in (_batched(dt, 100, 256, 256, 256), _batched(dt, 64, 128, 128, 128, broadcast_b=True),
                       _batched(dt, 7, 33, 33, 33, aligned=False))]
 
@@ -229,5 +232,7 @@ class BatchMatMul(MatMul):
 
 MatMulFloat, MatMulDouble = typed(MatMul, "MatMul", "MatMul")
 BatchMatMulFloat, BatchMatMulDouble = typed(BatchMatMul, "BatchMatMul", "batched MatMul")
+MatMulHalf, MatMulBFloat16 = typed(MatMul, "MatMul", "MatMul", HALF_DTYPES)
+BatchMatMulHalf, BatchMatMulBFloat16 = typed(BatchMatMul, "BatchMatMul", "batched MatMul", HALF_DTYPES)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...layout import CONTIGUOUS, TRANSPOSED
 from ...tensor import Tensor
 from . import plans as gemm_plans
-from ..base import Operator, vector_width, typed
+from ..base import HALF_DTYPES, Operator, vector_width, typed
 from ..epilogue_operator import Fusable
 from ..params import ScaledProduct
 
@@ -91,5 +91,6 @@ class Gemm(Fusable, ScaledProduct, Operator):
 
 
 GemmFloat, GemmDouble = typed(Gemm, "Gemm", "GEMM")
+GemmHalf, GemmBFloat16 = typed(Gemm, "Gemm", "GEMM", HALF_DTYPES)
 
 

@@ -16,6 +16,12 @@ tensor-core work goes to the wgmma kernel instead (gemm_wgmma.py: TMA, warp-spec
 persistent; TF32 or 3xTF32) wherever it takes the problem (aligned, not A^T @ B, batch strides in
 16-byte steps, K > 0) and the config's tile_size / block_size are ones it builds; `uses_wgmma` is the
 rule. The JITConfig fields' effects are in the package docstring (cuopjit/ops/gemm/__init__.py).
+float16 / bfloat16 (read exactly, sums in float32, C rounded once): on sm_90 the wgmma f16 / bf16 kernel wherever
+it takes the problem (TMA: 16-byte aligned operands and leading dimensions); on sm_80+ otherwise (aligned) the
+cp.async kernel on mma.sync m16n8k16 (mma16.py); elsewhere (odd strides, older GPUs) the one-stage gemm.cu.jinja
+reading halves into float32 shared memory (`elem_t`, scalar global accesses): mma.sync TF32 where tensor cores
+are allowed ("auto" allows them: TF32 holds every float16 and bfloat16 exactly), else SIMT; no split-K (its
+partial sums would round to 16 bits).
 A user epilogue (GemmProblem.epilogue, cuopjit/ops/epilogue.py) replaces alpha * acc + beta * C where each
 kernel stores C (split-K: once, in the reduction); its operands follow a, b, c, then comes the workspace.
 """
@@ -29,9 +35,9 @@ from ...build import pipeline
 from ...config import ConfigSnapshot
 from ...run.plan import Family, KernelLaunch, Plan, i32, i64, ptr, scalar
 from ...target import Target
-from . import shapes, splitk, vector, wgmma as gemm_wgmma, wgmma_splitk
+from . import mma16, shapes, splitk, vector, wgmma as gemm_wgmma, wgmma_splitk
 from .. import epilogue
-from ..base import cdiv, dtype_tag, scalar_t, vector_width
+from ..base import HALF_DTYPES, cdiv, dtype_tag, scalar_t, storage_t, vector_width
 from .heuristics import auto_simt, pipeline_fields, split_for
 from .problem import GemmChoice, GemmProblem, packed
 
@@ -40,7 +46,9 @@ KERNEL_TYPES = ("auto", "simple", "tiled", "warp_optimized", "tensor_core")
 # Padding (scalars) that makes each kind's shared-memory reads conflict-free.
 _PAD = {("float32", False): 4, ("float64", False): 2, ("float32", True): 8, ("float64", True): 4}
 UNITS = {("float32", False): "FP32 cores (SIMT)", ("float64", False): "FP64 cores (SIMT)",
-         ("float32", True): "TF32 tensor cores (mma.sync)", ("float64", True): "FP64 tensor cores (DMMA mma.sync)"}
+         ("float32", True): "TF32 tensor cores (mma.sync)", ("float64", True): "FP64 tensor cores (DMMA mma.sync)",
+         **{(h, False): "FP32 cores (SIMT)" for h in HALF_DTYPES}, **{(h, True): "TF32 tensor cores (mma.sync)"
+                                                                      for h in HALF_DTYPES}}
 ASYNC_TEMPLATE = "gemm/gemm_async.cu.jinja"
 SIMT_ASYNC_TEMPLATE = "gemm/gemm_simt_async.cu.jinja"
 RASTERS = ("row", "grouped")
@@ -62,7 +70,8 @@ def uses_tensor_cores(kernel_type: str, enable_tensor_core: bool, dtype: str, fa
         return False
     if kernel_type == "tensor_core":
         return True
-    return enable_tensor_core or (dtype == "float64" and kernel_type in ("auto", "warp_optimized"))
+    # float64 (DMMA) and the 16-bit types (exact in TF32) lose nothing on tensor cores
+    return enable_tensor_core or (dtype != "float32" and kernel_type in ("auto", "warp_optimized"))
 
 
 def _kind(dtype: str, mma: bool) -> str:
@@ -95,8 +104,13 @@ def uses_wgmma(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> boo
     if problem.dtype == "float64" and cfg.precision != "tf32":
         raise ValueError(f"GEMM precision={cfg.precision!r} applies to float32 tensor-core products; float64 is "
                          "exact on every kernel: leave precision='tf32' (the default)")
-    if problem.dtype != "float32" or cfg.kernel_type == "simple":
+    if problem.dtype not in ("float32", *HALF_DTYPES) or cfg.kernel_type == "simple":
         return False
+    if problem.dtype in HALF_DTYPES:    # f16 / bf16 wgmma: the tensor cores' own precision, taken wherever it builds
+        return (uses_tensor_cores(cfg.kernel_type, cfg.enable_tensor_core, problem.dtype)
+                and cfg.block_size in (0, 256) and cfg.tile_size in (0, *gemm_wgmma.WIDTHS[1:])
+                and gemm_wgmma.why_not(problem, target) is None
+                and (problem.trans_b or cfg.tile_size in (0, 64, 128)))
     wanted = (cfg.precision == "3xtf32" or cfg.enable_tma and target.tma
               or uses_tensor_cores(cfg.kernel_type, cfg.enable_tensor_core, problem.dtype))
     # A block_size or tile_size only the mma.sync kernel has names that kernel.
@@ -109,20 +123,36 @@ def uses_wgmma(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> boo
 def choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list:
     """The shape `cfg` names (heuristic where it leaves tile and block to us), then the tuning candidates; a
     one-row or one-column product first runs as GEMV (vector.py)."""
-    if problem.dtype not in ("float32", "float64"):
-        raise TypeError(f"GEMM supports float32 and float64, not {problem.dtype}")
+    if problem.dtype not in ("float32", "float64", *HALF_DTYPES):
+        raise TypeError(f"GEMM supports float32, float64, float16 and bfloat16, not {problem.dtype}")
+    if problem.dtype in HALF_DTYPES and cfg.precision != "tf32":
+        raise ValueError(f"GEMM precision={cfg.precision!r} applies to float32 products; {problem.dtype} multiplies "
+                         "exactly on tensor cores: leave precision='tf32' (the default)")
     found = _kernel_choices(problem, cfg, target)
     row = vector.choice(problem, cfg, target)
     return found if row is None else [row, *found]
 
 
-def _kernel_choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target) -> list:
-    """The GEMM kernels' choices (choices() without the GEMV route)."""
-    if uses_wgmma(problem, cfg, target):
+def _kernel_choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target, mma: bool | None = None) -> list:
+    """The GEMM kernels' choices (choices() without the GEMV route); `mma`: the tensor-core decision made for a
+    16-bit problem, planned here on float32's shapes."""
+    if mma is None and uses_wgmma(problem, cfg, target):
         found = gemm_wgmma.choices(problem, cfg, target, split=cfg.precision == "3xtf32")
+        if problem.dtype in HALF_DTYPES:
+            return found
         return found if cfg.tile_size or cfg.block_size else wgmma_splitk.lead(problem, found, target)
+    if problem.dtype in HALF_DTYPES:    # float32's kernels and shapes, reading and writing halves (plan())
+        mma = uses_tensor_cores(cfg.kernel_type, cfg.enable_tensor_core, problem.dtype)
+        made = _kernel_choices(dataclasses.replace(problem, dtype="float32"), cfg, target, mma)
+        made = list(dict.fromkeys(dataclasses.replace(c, split_k=1, stages=1) for c in made
+                                  if c.stages == 1 or c.shape.mma))
+        switches = {"pad": cfg.enable_shared_memory_opt, "unroll": cfg.enable_loop_unroll,
+                    "coalesce": cfg.enable_memory_coalescing, "opts": pipeline.compile_opts(cfg)}
+        fast = mma16.choice(problem, target, switches) if mma and not cfg.tile_size and not cfg.block_size else None
+        return made if fast is None else [fast, *made]
     # precision="3xtf32" where wgmma cannot run: the exact float32 SIMT kernel (at least as accurate).
-    mma = uses_tensor_cores(cfg.kernel_type, cfg.enable_tensor_core, problem.dtype) and cfg.precision == "tf32"
+    if mma is None:
+        mma = uses_tensor_cores(cfg.kernel_type, cfg.enable_tensor_core, problem.dtype) and cfg.precision == "tf32"
     tile = _tile(problem, cfg, mma, target)
     threads = cfg.block_size or shapes.default_threads(problem.dtype, mma, tile)
     first = shapes.shape(problem.dtype, mma, tile, threads)
@@ -170,13 +200,20 @@ def plan(problem: GemmProblem, choice, target: Target) -> Plan:
                              f"has {what}): use {field}={built!r}")
     if choice.raster not in RASTERS:
         raise ValueError(f"GEMM raster={choice.raster!r} is not built: choose one of {', '.join(map(repr, RASTERS))}")
-    s, name = choice.shape, problem.dtype
-    reason = shapes.why_not(s, name, choice.stages)
+    half = problem.dtype in HALF_DTYPES
+    if half and choice.split_k > 1:
+        raise ValueError(f"GEMM {problem.dtype} takes no split-K (its partial sums would round to 16 bits): "
+                         "use split_k=1")
+    s, name = choice.shape, "float32" if half else problem.dtype
+    fast = half and choice.stages > 1       # the mma.sync m16n8k16 kernel (mma16.py)
+    reason = mma16.why_not(problem, choice, target) if fast else shapes.why_not(s, name, choice.stages)
     if reason:
         raise ValueError(f"GEMM cannot build {_kind(name, s.mma)} shape {s.label}: {reason}")
     dtype = np.dtype(name)
     r = vector_width(dtype)
-    vec = r if (choice.coalesce and problem.aligned) else 1
+    vec = r if (choice.coalesce and problem.aligned and not half) else 1
+    if fast:
+        r = vec = 8         # 16-byte copies of 8 elements
     swap = swapped(problem, choice, vec)
     params = {
         "scalar_t": scalar_t(dtype), "unroll": choice.unroll,
@@ -185,6 +222,8 @@ def plan(problem: GemmProblem, choice, target: Target) -> Plan:
     }
     if swap:
         params["swap"] = True
+    if half:
+        params["elem_t"] = storage_t(problem.dtype)
     if problem.batch > 1:
         params["batched"] = True
     splits, chunk = split_k(problem, choice)
@@ -193,15 +232,15 @@ def plan(problem: GemmProblem, choice, target: Target) -> Plan:
     fused = problem.epilogue if splits == 1 else ""     # split-K: the reduction applies it, once
     epilogue.add(params, fused, scalar_t(dtype))
     ops = ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
-    kind = f"{'tf32' if name == 'float32' else 'dmma'}_{s.layout}" if s.mma else s.layout
+    kind = f"{'mma16' if fast else 'tf32' if name == 'float32' else 'dmma'}_{s.layout}" if s.mma else s.layout
     depth = f"_s{choice.stages}" if choice.stages > 1 else ""
-    readable = (f"gemm_{dtype_tag(dtype)}_t{s.bm}x{s.bn}x{s.bk}_{kind}{depth}_{ops}_v{vec}"
+    readable = (f"gemm_{dtype_tag(problem.dtype)}_t{s.bm}x{s.bn}x{s.bk}_{kind}{depth}_{ops}_v{vec}"
                 + ("" if choice.pad else "_nopad") + ("" if choice.unroll else "_nounroll")
                 + ("" if choice.raster == "row" else f"_{choice.raster}") + ("_swap" if swap else "")
                 + ("_batched" if problem.batch > 1 else "") + ("_splitk" if splits > 1 else "") + epilogue.tag(fused))
     shared = 0
     if choice.stages > 1:
-        shared = shapes.async_smem(s, name, choice.stages)
+        shared = mma16.smem_bytes(s, choice.stages) if fast else shapes.async_smem(s, name, choice.stages)
         if shared > target.smem_per_block:
             raise ValueError(f"GEMM stages={choice.stages} of shape {s.label} needs {shared} bytes of shared memory; "
                              f"{target.name} gives a block {target.smem_per_block}: choose stages="
@@ -224,7 +263,8 @@ def plan(problem: GemmProblem, choice, target: Target) -> Plan:
     operands = ("a", "b", "c", *epilogue.operand_names(problem.epilogue))
     extra, ws = epilogue.args(problem.epilogue, 3), len(operands)
     if splits == 1:
-        return Plan((launch(problem, spec, s, (ptr(0), ptr(1), ptr(2)), shared, swap, extra),), operands,
+        kl = launch(problem, spec, s, (ptr(0), ptr(1), ptr(2)), shared, swap, extra)
+        return Plan((dataclasses.replace(kl, units=mma16.UNITS[problem.dtype]) if fast else kl,), operands,
                     choice=choice.label)
     # Split-K: the partial products (alpha applied, beta 0) into the workspace, M x N each, then their sum.
     size = problem.m * problem.n
@@ -259,7 +299,7 @@ def launch(problem: GemmProblem, spec: pipeline.KernelSpec, s: shapes.Shape, poi
     """The launch of `spec` (planned for `problem`) on A, B, C = `pointers`: batches past 65535 (grid z) go to x.
     `shared`: dynamic shared memory (the cp.async kernel's stages); `swap`: the kernel computes C^T, so its
     block tiles run over (n, m); `extra`: the epilogue's arguments, last."""
-    dtype = np.dtype(problem.dtype)
+    dtype = np.dtype("float32" if problem.dtype in HALF_DTYPES else problem.dtype)     # alpha, beta: scalar_t
     args = (*pointers, i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
             i32(problem.ldb), i32(problem.ldc), scalar(dtype, problem.alpha), scalar(dtype, problem.beta))
     rows, cols = (problem.n, problem.m) if swap else (problem.m, problem.n)
@@ -278,8 +318,8 @@ _PREWARM = ((4096, 4096, 4096, True), (1024, 1024, 1024, True), (1000, 1000, 100
 
 
 def problems() -> list[GemmProblem]:
-    """Both dtypes; B as stored (nn, what a default GemmFloat() runs) and transposed (nt, a Linear layer's weight)."""
-    return [packed(dt, m, n, k, False, trans_b, aligned) for dt in ("float32", "float64")
+    """Every dtype; B as stored (nn, what a default GemmFloat() runs) and transposed (nt, a Linear layer's weight)."""
+    return [packed(dt, m, n, k, False, trans_b, aligned) for dt in ("float32", "float64", *HALF_DTYPES)
             for trans_b in (False, True) for m, n, k, aligned in _PREWARM]
 
 

@@ -1,4 +1,5 @@
-"""The Hopper float32 GEMM on tensor cores (templates/gemm/gemm_wgmma.cu.jinja): wgmma TF32 or 3xTF32.
+"""The Hopper GEMM on tensor cores (templates/gemm/gemm_wgmma.cu.jinja): float32 as wgmma TF32 or 3xTF32, float16 /
+bfloat16 as wgmma f16 / bf16 (float32 sums, twice TF32's rate, k-tiles of 64 elements: 128 bytes as TF32's 32).
 
 Operands come in by TMA (tensor maps built on the device: the plan is fixed, the pointers are not)
 through a multi-stage mbarrier pipeline; a producer warpgroup feeds 1 or 2 consumer warpgroups;
@@ -15,6 +16,8 @@ The wgmma product is D = P @ Q^T with Q K-major; `layout` casts the GEMM onto it
   A @ B   (B stored K x N): P = B^T through registers (MN-major), Q = A, D = C^T;
   A^T @ B^T:                P = A^T through registers, Q = B.
 A^T @ B (both operands MN-major) has no K-major operand for Q: gemm_kernels keeps it on mma.sync.
+16-bit operands: wgmma reads either MN-major from shared memory (its transpose bits), so P = A and Q = B in every
+layout (D = C); an MN-major Q (B stored K x N) takes tile widths and instruction N in whole 64-element boxes.
 
 How JITConfig reaches this kernel: tile_size is the N of each wgmma instruction (16, 32, 64, 128;
 0 = the tile's width); the tile's width QN (up to 256) is the heuristic's, at least that, made of
@@ -40,7 +43,9 @@ from .. import epilogue
 from ..base import cdiv
 
 TEMPLATE = "gemm/gemm_wgmma.cu.jinja"
-BK = 32
+BK = 32                              # float32's k-tile; 16-bit types: 64 (bk())
+HALVES = {"float16": ("half_t", "f16"), "bfloat16": ("bf16_t", "bf16")}   # storage type, kernel-name tag
+MN_BOX = 64                          # 16-bit MN-major Q: tile widths and instruction N in multiples of this
 WIDTHS = (256, 128, 64, 32, 16)      # the instruction N a config's tile_size names
 MAX_WIDTH = 256                      # tile widths QN and instruction N: multiples of 8 up to this (m64nNk8)
 MAX_STAGES = 6
@@ -49,7 +54,13 @@ SPLIT_SIDE = 200                     # 3xTF32 is routed here from M N >= SPLIT_S
                                      # 12 (M + N) K bytes against 2 M N K flops (33 x 4097 x 1000: 0.56x SGEMM, SIMT 0.67x)
 CLUSTERS = (1, 2)                    # blocks per thread-block cluster (2: the Q tile multicast to a pair)
 MAP_BYTES = 256                      # two 128-byte tensor maps (P, Q) per block in the workspace; 3xTF32: two pairs
-UNITS = {False: "TF32 tensor cores (wgmma)", True: "TF32 tensor cores, 3 products (wgmma 3xTF32)"}
+UNITS = {False: "TF32 tensor cores (wgmma)", True: "TF32 tensor cores, 3 products (wgmma 3xTF32)",
+         "float16": "FP16 tensor cores (wgmma)", "bfloat16": "BF16 tensor cores (wgmma)"}
+
+
+def bk(dtype: str) -> int:
+    """Elements of a k-tile: one 128-byte swizzled row (32 float32, 64 float16 / bfloat16)."""
+    return 64 if dtype in HALVES else BK
 
 
 class Warpgroups:
@@ -81,6 +92,7 @@ class WgmmaChoice(Warpgroups):
     per_sm: int = 1
     ni: int = 0
     cluster: int = 1
+    bk: int = BK
 
     @property
     def instr_n(self) -> int:
@@ -88,14 +100,17 @@ class WgmmaChoice(Warpgroups):
 
     @property
     def label(self) -> str:
-        return (f"wgmma_t{self.pm}x{self.qn}x{BK}" + (f"_i64x{self.ni}x{BK}" if self.instr_n != self.qn else "")
+        return (f"wgmma_t{self.pm}x{self.qn}x{self.bk}"
+                + (f"_i64x{self.ni}x{self.bk}" if self.instr_n != self.qn else "")
                 + f"_s{self.stages}_g{self.group}" + ("_3xtf32" if self.split else "")
                 + (f"_b{self.per_sm}" if self.per_sm > 1 else "") + (f"_c{self.cluster}" if self.cluster > 1 else "")
                 + ("" if self.unroll else "_nounroll"))
 
 
-def layout(trans_a: bool, trans_b: bool) -> tuple[bool, bool] | None:
-    """(P is A, P is K-major) for this transpose pair, or None when no operand can be Q (A^T @ B)."""
+def layout(trans_a: bool, trans_b: bool, dtype: str = "float32") -> tuple[bool, bool] | None:
+    """(P is A, P is K-major) for this transpose pair, or None when no operand can be Q (A^T @ B); 16-bit: P = A."""
+    if dtype in HALVES:
+        return True, not trans_a
     if not trans_a and trans_b:
         return True, True
     if not trans_a and not trans_b:
@@ -108,14 +123,15 @@ def layout(trans_a: bool, trans_b: bool) -> tuple[bool, bool] | None:
 def why_not(problem, target: Target, split: bool = False) -> str | None:
     """Why this problem cannot run on the wgmma kernel (None: it can); `split`: as 3xTF32, whose operands are
     prepared K-major, so every transpose layout runs."""
-    if problem.dtype != "float32":
-        return "wgmma TF32 is float32 only"
+    if problem.dtype != "float32" and (problem.dtype not in HALVES or split):
+        return "wgmma runs float32 (TF32, 3xTF32), float16 and bfloat16"
     if target.capability != 90:
         return f"wgmma needs an sm_90 GPU, not {target.arch}"
     # 3xTF32 reads A and B through the split (any alignment) and writes C pair by pair only where aligned
     if not problem.aligned and not split:
         return "TMA needs 16-byte aligned operands and leading dimensions"
-    if problem.batch > 1 and not split and any(s % 4 for s in (problem.stride_a, problem.stride_b, problem.stride_c)):
+    per16 = 8 if problem.dtype in HALVES else 4
+    if problem.batch > 1 and not split and any(s % per16 for s in (problem.stride_a, problem.stride_b, problem.stride_c)):
         return "TMA needs batch strides that are multiples of 16 bytes"
     if problem.batch * cdiv(problem.m, 16) * cdiv(problem.n, 16) >= 2 ** 31:
         return "more than 2^31 tiles"
@@ -123,7 +139,7 @@ def why_not(problem, target: Target, split: bool = False) -> str | None:
         return "K = 0 (C = beta * C) runs on the mma.sync kernel"
     if split and problem.batch > 65535:
         return "3xTF32 splits at most 65535 batch entries (one grid z each)"
-    if layout(problem.trans_a, problem.trans_b) is None and not split:
+    if layout(problem.trans_a, problem.trans_b, problem.dtype) is None and not split:
         return "A^T @ B has no K-major operand for wgmma's B"
     return None
 
@@ -166,7 +182,7 @@ def stages_for(consumers: int, qn: int, split: bool, target: Target, per_sm: int
 def tiles(problem, consumers: int, qn: int, split: bool = False, cluster: int = 1) -> int:
     """Block tiles of the whole launch (every batch entry) with 64 * consumers x qn tiles; with `cluster` > 1,
     cluster-sized runs of P-tiles (one Q-tile each)."""
-    p_is_a = split or layout(problem.trans_a, problem.trans_b)[0]
+    p_is_a = split or layout(problem.trans_a, problem.trans_b, problem.dtype)[0]
     rows_p, rows_q = (problem.m, problem.n) if p_is_a else (problem.n, problem.m)
     return cdiv(cdiv(rows_p, 64 * consumers), cluster) * cdiv(rows_q, qn) * problem.batch
 
@@ -189,13 +205,21 @@ def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
                          "1 or 2 consumer warpgroups): choose block_size 256 (one consumer) or 0 (two)")
     consumers = 1 if cfg.block_size == 256 else 2
     pool = wgmma_tiles.SPLIT_BUILDS if split else wgmma_tiles.TF32_BUILDS
-    pairs = [(c, q) for c, q in pool if (not cfg.block_size or c == consumers) and q % max(8, cfg.tile_size) == 0]
-    switches = {"split": split, "unroll": cfg.enable_loop_unroll, "opts": pipeline.compile_opts(cfg)}
+    half = problem.dtype in HALVES
+    box = MN_BOX if half and not problem.trans_b else 8          # an MN-major Q: whole 64-element boxes
+    pairs = [(c, q) for c, q in pool if (not cfg.block_size or c == consumers) and q % max(box, cfg.tile_size) == 0
+             and (not cfg.tile_size or cfg.tile_size % box == 0)]
+    if not pairs:
+        raise ValueError(f"GEMM tile_size={cfg.tile_size} cannot run the {problem.dtype} wgmma kernel with B stored "
+                         f"K x N (instructions of whole {box}-element boxes): choose tile_size 0, 64 or 128")
+    switches = {"split": split, "unroll": cfg.enable_loop_unroll, "opts": pipeline.compile_opts(cfg),
+                "bk": bk(problem.dtype)}
     staged = bool(problem.epilogue)
     made = [build(c, q, target, staged=staged, ni=cfg.tile_size if cfg.tile_size < q else 0, **switches)
             for c, q in pairs]
     order = wgmma_tiles.ranked([(b.consumers, b.qn, b.per_sm) for b in made],
-                               lambda c, q: tiles(problem, c, q, split), cdiv(problem.k, BK), split, target.sm_count)
+                               lambda c, q: tiles(problem, c, q, split), cdiv(problem.k, bk(problem.dtype)), split,
+                               target.sm_count, 2 if half else 4)
     found = sorted(made, key=lambda b: order.index((b.consumers, b.qn, b.per_sm)))
     if cfg.tile_size or cfg.block_size:      # a named shape: its pick, and the variants below as candidates
         found = found[:1]
@@ -203,7 +227,7 @@ def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
     if head.per_sm == 2:    # one block per SM is a tuning candidate too
         found.append(dataclasses.replace(head, per_sm=1, stages=stages_for(head.consumers, head.qn, split, target,
                                                                            staged=staged)))
-    if target.clusters:     # the Q tile multicast over a pair of blocks: a candidate, never the pick (measured no gain)
+    if target.clusters and not half:     # the Q tile multicast over a pair of blocks: a candidate (measured no gain)
         found.append(dataclasses.replace(head, cluster=2))
     return found
 
@@ -225,7 +249,15 @@ def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
     if choice.split and choice.qn > SPLIT_MAX:
         raise ValueError(f"GEMM 3xTF32 wgmma tiles are at most {SPLIT_MAX} wide (a k-tile's sum and the running "
                          f"total in registers), not {choice.qn}: choose tile_size {SPLIT_MAX} or less")
-    p_is_a, p_kmajor = (True, True) if choice.split else layout(problem.trans_a, problem.trans_b)
+    p_is_a, p_kmajor = (True, True) if choice.split else layout(problem.trans_a, problem.trans_b, problem.dtype)
+    half = HALVES.get(problem.dtype)
+    q_kmajor = not half or problem.trans_b
+    if choice.bk != bk(problem.dtype):
+        raise ValueError(f"GEMM wgmma bk={choice.bk}: {problem.dtype} k-tiles are {bk(problem.dtype)} elements (128 "
+                         f"bytes): use bk={bk(problem.dtype)}")
+    if not q_kmajor and (choice.instr_n % MN_BOX or choice.cluster != 1):
+        raise ValueError(f"GEMM {problem.dtype} wgmma with B stored K x N reads it in boxes of {MN_BOX} columns: "
+                         f"the instruction's N ({choice.instr_n}) must be a multiple of {MN_BOX}, cluster 1")
     if not (0 < choice.qn <= MAX_WIDTH and choice.qn % 8 == 0 and choice.instr_n % 8 == 0
             and choice.qn % choice.instr_n == 0):
         raise ValueError(f"GEMM wgmma qn={choice.qn} ni={choice.ni}: the tile width and each instruction's N must be "
@@ -242,18 +274,20 @@ def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
         raise ValueError(f"GEMM wgmma cluster={choice.cluster}: {target.arch} has no thread-block clusters: use cluster=1")
     regs = {(2, 1): 232, (1, 1): 240, (1, 2): 216}[choice.consumers, choice.per_sm]
     # float2 stores of C: only 3xTF32 takes unaligned C or odd batch strides (TF32 refuses them in why_not)
-    pairs = problem.aligned and (problem.batch == 1 or problem.stride_c % 4 == 0)
+    pairs = problem.aligned and (problem.batch == 1 or problem.stride_c % (8 if half else 4) == 0)
     params = {
         "scalar_t": "float", "unroll": choice.unroll, "PM": choice.pm, "QN": choice.qn, "STAGES": choice.stages,
         "CONSUMERS": choice.consumers, "GROUP": choice.group, "SPLIT": choice.split, "P_IS_A": p_is_a,
-        "NI": choice.instr_n, "P_KMAJOR": p_kmajor, "P_REGS": not p_kmajor,
+        "NI": choice.instr_n, "P_KMAJOR": p_kmajor, "P_REGS": not p_kmajor and not half,
         "MIN_BLOCKS": choice.per_sm, "SETMAXNREG": True, "CONSUMER_REGS": regs, "BATCHED": problem.batch > 1,
         "C_PAIRS": pairs, "CLUSTER": choice.cluster,
     }
+    if half:
+        params.update({"ELEM": half[0], "Q_KMAJOR": q_kmajor})
     epilogue.add(params, problem.epilogue, "float")
     # 3xTF32 multiplies the K-major parts (P = A, Q = B^T) whatever the layout the operands are stored in
     ops = "nt" if choice.split else ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
-    name = (f"gemm_f32_{choice.label}_{ops}" + ("" if pairs else "_unaligned")
+    name = (f"gemm_{half[1] if half else 'f32'}_{choice.label}_{ops}" + ("" if pairs else "_unaligned")
             + ("_batched" if problem.batch > 1 else "") + epilogue.tag(problem.epilogue))
     spec = pipeline.make_spec(TEMPLATE, "gemm_wgmma", name, params, choice.opts, arch_specific=True)
     grid = choice.cluster * min(units(problem, choice), target.sm_count * choice.per_sm // choice.cluster)
@@ -273,7 +307,7 @@ def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
         if problem.batch > 1:
             args += (i64(problem.stride_a), i64(problem.stride_b), i64(problem.stride_c), i32(problem.batch))
         launch = KernelLaunch(spec, (grid,), (choice.threads,), (*args, *extra), shared=shared, cluster=cl,
-                              units=UNITS[False])
+                              units=UNITS[problem.dtype if half else False])
         return Plan((launch,), operands, workspace=maps, choice=choice.label)
     lay = gemm_split.SplitLayout.of(problem, maps)
     args = (ptr(ws, lay.p_hi), ptr(ws, lay.q_hi), ptr(2), ptr(ws), i32(problem.m), i32(problem.n), i32(problem.k),

@@ -47,12 +47,14 @@ def rate(consumers: int, qn: int, per_sm: int, split: bool) -> float:
     return table.get((consumers, qn, per_sm)) or table[min(table, key=lambda k: abs(k[1] - qn))]
 
 
-def estimate(tiles: int, ktiles: int, consumers: int, qn: int, per_sm: int, split: bool, sm_count: int) -> float:
-    """Modelled microseconds of the launch: `tiles` block tiles of 64 * consumers x qn, `ktiles` k-tiles each."""
+def estimate(tiles: int, ktiles: int, consumers: int, qn: int, per_sm: int, split: bool, sm_count: int,
+             out_bytes: int = 4) -> float:
+    """Modelled microseconds of the launch: `tiles` block tiles of 64 * consumers x qn, `ktiles` k-tiles each, C
+    elements of `out_bytes`. A 16-bit k-tile (64 k) holds twice TF32's products at twice the rate: the same time."""
     pm, products = 64 * consumers, 3 if split else 1
     rel = rate(consumers, qn, per_sm, split)
     k_tile = max(products * pm * qn * 64 / (RATE * rel) * per_sm, (2 if split else 1) * (pm + qn) * 128 / FETCH)
-    store = pm * qn * 4 / STORE * (HIDDEN if per_sm == 2 else 1.0)
+    store = pm * qn * out_bytes / STORE * (HIDDEN if per_sm == 2 else 1.0)
     slots = sm_count * per_sm
     full, part = divmod(tiles, slots)
     time = full * (ktiles * k_tile + store)
@@ -61,6 +63,8 @@ def estimate(tiles: int, ktiles: int, consumers: int, qn: int, per_sm: int, spli
     return time
 
 
-def ranked(builds: list[tuple[int, int, int]], tiles_of, ktiles: int, split: bool, sm_count: int) -> list:
+def ranked(builds: list[tuple[int, int, int]], tiles_of, ktiles: int, split: bool, sm_count: int,
+           out_bytes: int = 4) -> list:
     """`builds` (consumers, width, blocks per SM), fastest first by the model; `tiles_of(consumers, width)`."""
-    return sorted(builds, key=lambda b: (estimate(tiles_of(b[0], b[1]), ktiles, *b, split, sm_count), -b[1]))
+    return sorted(builds, key=lambda b: (estimate(tiles_of(b[0], b[1]), ktiles, *b, split, sm_count, out_bytes),
+                                         -b[1]))

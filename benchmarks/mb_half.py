@@ -13,8 +13,9 @@ of the copy bandwidth.
     python benchmarks/mb_half.py [--only NAME] [--dtype float16] [--json benchmarks/results/mb_half.json]
 
 benchmarks/results/mb_half.json holds the Softmax / LayerNorm rows, mb_half_maps.json the 32 x 256 x 56 x 56 ones
-(`--only relu_ --only tail_ --only bn_nchw --only bn_nhwc --only maxpool_ --only gap_`); mb_half_maps_sweep.py
-chose their kernel shapes.
+(`--only 32x256x56x56`) and the same maps at batch 128 (`--only 128x256x56x56`: 4x the bytes, where the launch and
+the ramp weigh a quarter as much); mb_half_maps_sweep.py chose their kernel shapes. "copy here" is a torch copy_
+of the workload's own byte count (mb_common.copy_bandwidth_at): the floor a launch and a ramp leave at that size.
 
 Exports WORKLOADS in the format of mb_common.py; writes JSON and a PNG (results_io) beside --json.
 """
@@ -26,7 +27,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mb_common import copy_bandwidth, rotation, time_pair, to_cuopjit  # noqa: E402
+from mb_common import copy_bandwidth, copy_bandwidth_at, rotation, time_pair, to_cuopjit  # noqa: E402
 from results_io import bar_chart, require_gpu, save_json  # noqa: E402
 
 DTYPES = ("float16", "bfloat16")
@@ -85,6 +86,7 @@ def _layernorm(shape, dtype):
 
 
 ACT = (32, 256, 56, 56)   # ResNet-50's first-stage activation, batch 32
+ACT_LARGE = (128, 256, 56, 56)   # the same at batch 128: 205 MB of float16, the ramp a quarter as heavy
 LAYOUTS = ("nchw", "nhwc")
 
 
@@ -172,10 +174,11 @@ def _workloads() -> list[dict]:
         for shape in LN_SHAPES:
             out.append({"name": f"layernorm_{shape[0]}x{shape[1]}", "dtype": dtype, "shape": list(shape),
                         "bytes": (2 * math.prod(shape) + 2 * shape[1]) * 2, **goal, "setup": _layernorm(shape, dtype)})
-        for kind in ("relu", "tail", "bn", "bn_train", "maxpool", "gap"):
-            for lay in LAYOUTS:
-                out.append({"name": f"{kind}_{lay}_32x256x56x56", "dtype": dtype, "shape": list(ACT),
-                            "bytes": _map_bytes(kind, ACT), **goal, "setup": _map(kind, ACT, dtype, lay)})
+        for act in (ACT, ACT_LARGE):
+            for kind in ("relu", "tail", "bn", "bn_train", "maxpool", "gap"):
+                for lay in LAYOUTS:
+                    out.append({"name": f"{kind}_{lay}_{'x'.join(map(str, act))}", "dtype": dtype, "shape": list(act),
+                                "bytes": _map_bytes(kind, act), **goal, "setup": _map(kind, act, dtype, lay)})
     return out
 
 
@@ -187,11 +190,14 @@ def run(w: dict, copy_gbps: float) -> dict:
     f = w["setup"]()
     err = f["check"]()
     tc, tt = time_pair(f["run_cuopjit"], f["run_torch"])
+    f.clear()
+    here = copy_bandwidth_at(w["bytes"])
     gb_c, gb_t = w["bytes"] / tc["median_ms"] / 1e6, w["bytes"] / tt["median_ms"] / 1e6
     return {"name": w["name"], "dtype": w["dtype"], "shape": w["shape"], "bytes": w["bytes"],
             "cuopjit_ms": tc["median_ms"], "cuopjit_gbps": gb_c, "cuopjit_rounds_ms": tc["rounds_ms"],
             "torch_ms": tt["median_ms"], "torch_gbps": gb_t, "ratio": gb_c / gb_t, "copy_fraction": gb_c / copy_gbps,
-            "torch_copy_fraction": gb_t / copy_gbps, "rel_err": err, "goal": w["goal"],
+            "torch_copy_fraction": gb_t / copy_gbps, "copy_here_gbps": here, "here_fraction": gb_c / here,
+            "rel_err": err, "goal": w["goal"],
             "met": gb_c >= w["goal_copy"] * copy_gbps}
 
 
@@ -220,7 +226,8 @@ def main(argv=None) -> int:
             torch.cuda.empty_cache()
         rows.append(row)
         print(f"{w['name']:30s} {w['dtype']:9s} cuopjit {row['cuopjit_gbps']:6.0f} GB/s "
-              f"({100 * row['copy_fraction']:5.1f}% of copy)  torch {row['torch_gbps']:6.0f} GB/s "
+              f"({100 * row['copy_fraction']:5.1f}% of copy, {100 * row['here_fraction']:5.1f}% of copy here "
+              f"{row['copy_here_gbps']:.0f})  torch {row['torch_gbps']:6.0f} GB/s "
               f"({100 * row['torch_copy_fraction']:5.1f}%)  x{row['ratio']:5.2f}  err {row['rel_err']:.1e}  "
               f"{'ok' if row['met'] else 'MISS'}", flush=True)
     save_json(ns.json, {"device": device, "copy": copy, "rows": rows}, gpu=True)
@@ -230,13 +237,14 @@ def main(argv=None) -> int:
               decorate=lambda ax, xs: (ax.axhline(copy["gbps"], color="k", linewidth=0.8, label="copy"),
                                        ax.axhline(GOAL_COPY * copy["gbps"], color="k", linestyle=":",
                                                   linewidth=0.8, label="93% of copy")))
-    print("\n| workload | dtype | cuopjit GB/s | % of copy | PyTorch GB/s | ratio | goal met |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| workload | dtype | cuopjit GB/s | % of copy | % of copy here | PyTorch GB/s | ratio | goal met |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
-            print(f"| {r['name']} | {r['dtype']} | ERROR | | | | {r['error'][:60]} |")
+            print(f"| {r['name']} | {r['dtype']} | ERROR | | | | | {r['error'][:60]} |")
         else:
             print(f"| {r['name']} | {r['dtype']} | {r['cuopjit_gbps']:.0f} | {100 * r['copy_fraction']:.1f} | "
+                  f"{100 * r['here_fraction']:.1f} | "
                   f"{r['torch_gbps']:.0f} | {r['ratio']:.2f} | {'yes' if r['met'] else 'NO'} |")
     return 0
 

@@ -205,3 +205,9 @@ def _splitk_reduce(params, kl, v, bufs) -> None:
     total = bufs[ip][op:op + splits * m * n].reshape(splits, m, n).sum(axis=0)
     c = _view(bufs[ic], oc, m, n, ldc)
     c[...] = total + (beta * c if beta else 0.0)
+
+
+def _gemv_reduce(params, kl, v, bufs) -> None:
+    (ip, op), (iy, oy), n, splits, beta = v
+    y = bufs[iy][oy:oy + n]
+    y[...] = bufs[ip][op:op + splits * n].reshape(splits, n).sum(axis=0) + (beta * y if beta else 0.0)

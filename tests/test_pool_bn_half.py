@@ -51,6 +51,18 @@ def test_pool_and_batchnorm_plans(dtype):
         assert all(a.kind == "f32" for kl in plan.launches for a in kl.args if a.kind in ("f32", "f64"))
 
 
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("n, c, hw", [(32, 256, 56 * 56), (32, 2048, 7 * 7)])
+def test_channels_last_global_pools_of_resnet_are_one_launch(dtype, n, c, hw):
+    """Column chunks narrow (to 4 vectors, 64 bytes of a pixel) until the samples fill the SMs: no split, no
+    partials, no second launch."""
+    g = global_pool.GlobalProblem("avg", dtype, n, hw, True, CL, c)
+    (kl,) = global_pool.global_family("avg").default_plan(g, make_config().snapshot(), SM90).launches
+    cb, rl, chunks, splits = (a.value for a in kl.args[4:8])
+    assert splits == 1 and kl.grid[0] == n * chunks >= SM90.sm_count and cb * rl == kl.block[0] == 512
+    assert cb >= 4 and chunks * cb * 8 >= c
+
+
 # --- GPU: pools --------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", HALF)

@@ -12,17 +12,16 @@ import numpy as np
 
 import cuopjit
 
-rng = np.random.default_rng(0)
+import sanitizer_data as support
 CL = cuopjit.CHANNELS_LAST
 
 
 def half(shape, dtype, scale=2.0, offset=0.0):
-    return (rng.standard_normal(shape) * scale + offset).astype(np.float32).astype(dtype)
+    return support.half(shape, dtype, scale, offset)
 
 
 def close(got, want, tol, what):
-    err = np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64)).max()
-    assert err <= tol, (what, err)
+    support.close(got, want, tol, what, relative=False)
 
 
 def cl(a):

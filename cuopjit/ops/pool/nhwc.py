@@ -4,7 +4,9 @@
 In memory x is N, H, W, C: a window pool reads each window's pixels as vectors of VEC channels (a thread per
 output vector); a global pool reduces each channel column of a sample over its H * W pixels, with `splits`
 blocks per sample where the samples alone would not fill the GPU (then a second launch combines the partials
-in split order: deterministic). How each JITConfig field changes the code:
+in split order: deterministic). Before splitting, a global pool narrows its blocks' column chunks (down to
+MIN_LANES vectors, 64 bytes of a pixel) until the samples' chunks fill the GPU: ResNet's 32 x 256 x 56 x 56 and
+32 x 2048 x 7 x 7 are then one launch. How each JITConfig field changes the code:
 
     field                     window pools                        global pools
     kernel_type "simple"      scalar accesses                     scalar loads, one in flight
@@ -12,7 +14,7 @@ in split order: deterministic). How each JITConfig field changes the code:
                               pointers allow                      ITEMS in flight
     tile_size                 ignored (one output vector per      elements per thread per step, 8 .. 128
                               thread: the window is its work)     (0: four loads)
-    block_size                threads per block (0: 256)          threads per block (0: 256)
+    block_size                threads per block (0: 256)          threads per block (0: 512)
     enable_memory_coalescing  16-byte accesses vs scalar          16-byte loads vs scalar
     enable_loop_unroll, enable_shared_memory_opt, enable_tensor_core, enable_tma   ignored (the loops have
                               compile-time counts, the global tree always uses shared memory)
@@ -34,7 +36,9 @@ from .common import TEMPLATE_NHWC, units
 from ..choice import kernel_choice
 
 DEFAULT_THREADS = 256
+GLOBAL_THREADS = 512  # a global pool's block: 128 row lanes of 4 vectors (two blocks per SM at <= 64 registers)
 GLOBAL_ITEMS = 4      # 16-byte loads in flight per thread per step
+MIN_LANES = 4         # column threads of a global pool's block: 4 x 16 bytes of each pixel, side by side
 WAVE_THREADS = 1024   # resident threads per SM a global pool's grid fills once (<= 64 registers allow that many)
 
 
@@ -50,7 +54,8 @@ def choices(problem: Any, cfg: ConfigSnapshot, target: Target, aligned: bool, wi
     simple = cfg.kernel_type == "simple"
     vec = vw if (not simple and cfg.enable_memory_coalescing and aligned and problem.channels % vw == 0) else 1
     items = 1 if simple or window else max(1, cfg.tile_size // vec) if cfg.tile_size else GLOBAL_ITEMS
-    return [NhwcChoice(cfg.block_size or DEFAULT_THREADS, vec, items, opts=pipeline.compile_opts(cfg))]
+    threads = cfg.block_size or (DEFAULT_THREADS if window else GLOBAL_THREADS)
+    return [NhwcChoice(threads, vec, items, opts=pipeline.compile_opts(cfg))]
 
 
 def _spec(problem: Any, choice: NhwcChoice, kernel: str, name: str, **extra: Any) -> pipeline.KernelSpec:
@@ -76,6 +81,15 @@ def window_plan(problem: Any, choice: NhwcChoice, target: Target) -> Plan:
                 choice=choice.label)
 
 
+def column_threads(samples: int, cols: int, choice: NhwcChoice, target: Target) -> int:
+    """cb, a global pool block's column threads: all of a sample's vector columns (at most the block), halved
+    (down to MIN_LANES) while the samples' column chunks leave SMs without a block."""
+    cb = min(cols, choice.threads)
+    while cb > MIN_LANES and samples * cdiv(cols, cb) < target.sm_count:
+        cb //= 2
+    return cb
+
+
 def global_splits(samples: int, hw: int, chunks: int, rl: int, choice: NhwcChoice, target: Target) -> int:
     """Blocks per (sample, column chunk): one wave of the target's resident threads in all, each thread at least
     one step of ITEMS pixels."""
@@ -89,7 +103,7 @@ def global_plan(problem: Any, choice: NhwcChoice, target: Target) -> Plan:
     dtype = np.dtype(problem.dtype)
     n, c, hw = problem.rows, problem.channels, problem.hw
     cols = c // choice.vec
-    cb = min(cols, choice.threads)
+    cb = column_threads(n, cols, choice, target)
     rl, chunks = choice.threads // cb, cdiv(cols, cb)
     splits = global_splits(n, hw, chunks, rl, choice, target)
     partial = {"PARTIAL": True} if splits > 1 and half_params(dtype) else {}   # 16-bit x: partials stay float

@@ -6,7 +6,11 @@ GEMM + bias + GELU / SiLU / ReLU at the BERT FFN shapes (a Linear layer, C[M,N] 
 4096x3072x768 and 4096x768x3072), "fp32" (the exact SIMT kernel) and "tf32" (enable_tensor_core=True: wgmma on
 the H100), against the same GEMM alone (same config, alpha 1, beta 0): goal <= 3% slower. Conv2D + folded
 BatchNorm + ReLU, relu(acc * scale + shift), and with a residual, relu(acc * scale + shift + residual), on two
-ResNet-50 layers at batch 32 (NCHW), fp32 and tf32, against the conv alone: goal <= 5% slower. Each pair is
+ResNet-50 layers at batch 32 (NCHW), fp32 and tf32, against the conv alone: goal <= 5% slower. Each conv row also
+prints its floor: max(bytes / the device's copy bandwidth measured in this run, flops / the H100 SXM's dense peak
+(fp32 67, TF32 495 TFLOP/s)), bytes = x + weight + y (+ the residual: as much again as y) + the per-channel
+operands, each once; on a memory-bound layer (1x1 64->256 at 56^2) a residual the size of y raises the floor itself,
+so fused / alone can only reach 5% where the layer is compute-bound. Each pair is
 timed in alternating rounds (mb_common.time_pair); the fused output is checked against the plain product's
 output put through the epilogue in float64 (cuopjit.expr.evaluate). A ResNet-50 bottleneck block (channels_last,
 batch 32: 1x1 256->64, 3x3 64->64, 1x1 64->256 + the input, each conv's folded BatchNorm, ReLU and the residual
@@ -32,7 +36,7 @@ from cuopjit.build import pipeline  # noqa: E402
 from cuopjit.expr import evaluate, parse_epilogue  # noqa: E402
 from cuopjit.target import of_device  # noqa: E402
 from fusion_block import block_cases, host_rows, run_block  # noqa: E402
-from mb_common import time_pair  # noqa: E402
+from mb_common import copy_bandwidth, time_pair  # noqa: E402
 from results_io import RESULTS, bar_chart, require_gpu, save_json  # noqa: E402
 
 MODES = {"fp32": {}, "tf32": {"enable_tensor_core": True}}
@@ -40,7 +44,9 @@ BERT = [(4096, 3072, 768), (4096, 768, 3072)]
 ACTIVATIONS = ("gelu", "silu", "relu")
 # name, (N, C, H, W, K, kh, kw, stride, pad)
 RESNET = [("resnet 3x3 64->64 56^2", (32, 64, 56, 56, 64, 3, 3, 1, 1)),
-          ("resnet 1x1 128->512 28^2", (32, 128, 28, 28, 512, 1, 1, 1, 0))]
+          ("resnet 1x1 128->512 28^2", (32, 128, 28, 28, 512, 1, 1, 1, 0)),
+          ("resnet 1x1 64->256 56^2", (32, 64, 56, 56, 256, 1, 1, 1, 0))]
+PEAK = {"fp32": 67e12, "tf32": 495e12}     # H100 SXM dense FLOP/s (the conv floor's compute side)
 BN_RELU = "relu(acc * scale + shift)"
 BN_RELU_RESIDUAL = "relu(acc * scale + shift + residual)"
 GOAL = {"gemm": 1.03, "conv2d": 1.05}
@@ -106,9 +112,11 @@ def conv_cases() -> list[dict]:
                 per_call = {"residual": residual} if "residual" in expr else {}
                 pads = {"pad_h": pad, "pad_w": pad}
                 y_fused = cuopjit.empty(shape)
+                base = 4 * (n * c * h * w + k * c * kh * kw + math.prod(shape))
                 out.append({"family": "conv2d", "name": f"{name} {mode} +bn+relu" + ("+res" if per_call else ""),
                             "mode": mode, "shape": [n, c, h, w, k, kh, kw, st, pad], "epilogue": expr,
-                            "flops": 2.0 * math.prod(shape) * c * kh * kw,
+                            "flops": 2.0 * math.prod(shape) * c * kh * kw, "bytes_alone": base,
+                            "bytes_fused": base + 8 * k + (4 * math.prod(shape) if per_call else 0),
                             "fused": (jfused, (x, y_fused), {**pads, **per_call}), "plain": (jplain, (x, y_plain), pads),
                             "env": {"scale": scale, "shift": shift, **per_call}})
     return out
@@ -146,8 +154,13 @@ def check(case: dict) -> float:
     return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
 
 
-def run(case: dict, repeat: int) -> dict:
-    """Time the fused forward and the plain one in alternating rounds."""
+def floor_ms(case: dict, side: str, gbps: float) -> float:
+    """The conv's floor: its bytes at copy speed or its flops at the dense peak, whichever is longer."""
+    return max(case[f"bytes_{side}"] / gbps / 1e6, case["flops"] / PEAK[case["mode"]] * 1e3)
+
+
+def run(case: dict, repeat: int, gbps: float) -> dict:
+    """Time the fused forward and the plain one in alternating rounds (conv rows: against their floors too)."""
     jit, args, kwargs = case["fused"]
     pj, pargs, pkw = case["plain"]
     fused_t, plain_t = time_pair(lambda i: jit.forward(*args, **kwargs), lambda i: pj.forward(*pargs, **pkw),
@@ -158,6 +171,11 @@ def run(case: dict, repeat: int) -> dict:
                goal_met=ratio <= GOAL[case["family"]], rel_error=check(case),
                kernel=jit.get_performance_profile().kernel_name,
                tflops=case["flops"] / fused_t["median_ms"] / 1e9)
+    if case["family"] == "conv2d":
+        row.update(floor_fused_ms=floor_ms(case, "fused", gbps), floor_alone_ms=floor_ms(case, "alone", gbps))
+        row.update(fused_over_floor=fused_t["median_ms"] / row["floor_fused_ms"],
+                   alone_over_floor=plain_t["median_ms"] / row["floor_alone_ms"],
+                   floor_ratio=row["floor_fused_ms"] / row["floor_alone_ms"])
     return row
 
 
@@ -172,17 +190,24 @@ def main(argv=None) -> int:
     wanted = (lambda name: not ns.only or any(o in name for o in ns.only))
     cases = [c for c in gemm_cases() + conv_cases() if wanted(c["name"])]
     build_all(cases)
+    copy = copy_bandwidth() if any(c["family"] == "conv2d" for c in cases) else {"gbps": 0.0}
+    print(f"copy bandwidth {copy['gbps']:.0f} GB/s", flush=True)
     rows = []
     for case in cases:
-        r = run(case, ns.repeat)
+        r = run(case, ns.repeat, copy["gbps"])
         rows.append(r)
         print(f"{r['name']:<44} fused {r['fused']['median_ms']:.4f} ms  alone {r['plain']['median_ms']:.4f} ms  "
               f"x{r['ratio']:.3f} ({'MET' if r['goal_met'] else 'missed'} <= {r['goal']:.2f}; "
               f"{r['tflops']:.1f} TFLOP/s; rel err {r['rel_error']:.1e}) {r['kernel']}", flush=True)
+        if "floor_fused_ms" in r:
+            print(f"{'':<44} floor fused {r['floor_fused_ms']:.4f} ms  alone {r['floor_alone_ms']:.4f} ms "
+                  f"(x{r['floor_ratio']:.3f}): fused at {r['fused_over_floor']:.2f}x its floor, alone at "
+                  f"{r['alone_over_floor']:.2f}x", flush=True)
     blocks = [run_block(case, ns.repeat) for case in block_cases() if wanted(case["name"])]
     host = host_rows() if wanted("host") else []
     device = torch.cuda.get_device_name()
-    out = save_json(ns.out, {"device": device, "rows": rows, "blocks": blocks, "host": host}, gpu=True)
+    out = save_json(ns.out, {"device": device, "copy_gbps": copy["gbps"], "rows": rows, "blocks": blocks,
+                             "host": host}, gpu=True)
     chart(rows, str(out.with_suffix(".png")))
     return 0
 

@@ -5,7 +5,7 @@ channels_last y only: cuopjit/ops/conv2d/boxes.py) and the float32 SIMT windows'
 variant compiling for sm_90a (and the SIMT tile for sm_80) without spills. GPU: every kind of box (several images
 with a partial last group, whole rows with a partial last box, even parts of rows, QN past the box's pixels,
 grouped boxes) in TF32 and 3xTF32 (the lo parts in shared memory and from a copy), NHWC and NCHW x, bias, ReLU and
-a user epilogue, and the 8 x 8 SIMT tile on every layout pairing, each run as its plan against a float64 reference
+a user epilogue, and the 8 x 8 SIMT tile on every layout pairing and in k-slices, each run as its plan against a float64 reference
 into a NaN-poisoned y inside canaries."""
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def _resnet(c, hw, k, r, st, pad, **fields):
     ((128, 28, 128, 3, 1, 1), "wgmma_t128x200_b28x7", "wgmma_t128x104_b14x7"),       # 28 x 28: whole rows
     ((256, 14, 256, 3, 1, 1), "wgmma_t128x104_b14x7", "wgmma_t128x104_b14x7"),       # QN 200: 64 tiles, half a wave
     ((512, 7, 512, 3, 1, 1), "wgmma_t128x56_b7x7", "wgmma_t128x56_b7x7"),
-    ((64, 56, 64, 3, 1, 1), "wgmma_t64x64_b8x8", "wgmma_t64x128_b64x2")])            # one consumer: QN <= 64 exact
+    ((64, 56, 64, 3, 1, 1), "wgmma_t64x112_b8x14", "wgmma_t64x128_b64x2")])   # one consumer: QN <= 112, narrowest
 def test_channels_last_layers_take_exact_boxes(layer, tf32, split):
     p = _resnet(*layer)
     assert ck.FAMILY.choices(p, TF32, SM90)[0].label.startswith(tf32)
@@ -100,7 +100,7 @@ def test_boxes_the_kernel_cannot_take_say_what_to_choose():
 @pytest.mark.parametrize("layer, shape", [
     ((128, 28, 128, 3, 1, 1), "t64x128x16_r8x8"),      # 392 blocks: 3 on every SM
     ((64, 56, 64, 3, 1, 1), "t64x128x16_r8x8"),
-    ((256, 14, 256, 3, 1, 1), "t64x64x16_r4x4"),       # 196 blocks of 64 x 128: 1.5 a SM, the 4 x 4 tile stays
+    ((256, 14, 256, 3, 1, 1), "t64x128x16_r8x8_k4"),   # 196 blocks of 64 x 128: 1.5 a SM, in 4 k-slices
     ((512, 7, 512, 3, 1, 1), "t64x64x16_r4x4")])
 def test_float32_windows_take_an_evenly_spread_8x8_thread_tile(layer, shape):
     found = ck.FAMILY.choices(_resnet(*layer), make_config().snapshot(), SM90)
@@ -252,3 +252,15 @@ def test_the_8x8_thread_tile_matches_numpy_on_every_layout_pairing(rng, layer):
         conv, x, ref = _data(rng, layer, xl)
         _run_plan(conv, ConvChoice(implicit.R8, implicit.R8.threads), x, _guarded(ref.shape, np.float32, yl), per_tap,
                   floor, ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layer", SIMT_LAYERS[:2], ids=lambda l: "n{}c{}h{}w{}k{}_{}x{}s{}".format(*l[:6], l[5], l[6]))
+def test_the_8x8_thread_tile_in_k_slices_matches_numpy(rng, layer):
+    """R8 in implicit.WINDOW_SLICES k-slices (the heuristic's pick for 14^2 outputs of 256 channels), channels_last y,
+    either x: bias and ReLU applied once, by the slices' reduction."""
+    _, _, per_tap, floor = MODES["f32"]
+    for xl in (True, False):
+        conv, x, ref = _data(rng, layer, xl)
+        _run_plan(conv, ConvChoice(implicit.R8, implicit.R8.threads, split_k=implicit.WINDOW_SLICES), x,
+                  _guarded(ref.shape, np.float32, True), per_tap, floor, ref)

@@ -11,9 +11,13 @@ NaN, relu(-0) = -0); min/max/clamp propagate NaN like torch.minimum/maximum/clam
 drop it), clamp(x, lo, hi) = min(max(x, lo), hi); gelu(x) = x/2 * erfc(-x/sqrt(2)) in double (the erf
 form, accurate for negative x) and x/2 * (1 + erf(x/sqrt(2))) in float (PyTorch's CUDA formula: erff costs half
 the instructions of erfcf, which decided fused GEMMs' speed; absolute error within |x| * 2^-23); gelu_tanh,
-silu = x / (1 + exp(-x)) (float: __fdividef, 2 ulp, a denominator past 2^126 gives -0, x / inf's value),
-sigmoid = 1 / (1 + exp(-x)) by their formulas, so gelu(-inf), gelu_tanh(-inf) and silu(-inf) are NaN;
-comparisons are IEEE (false on NaN but !=).
+silu = x / (1 + exp(-x)), sigmoid = 1 / (1 + exp(-x)) by their formulas in double. In float the three are one
+ex2.approx and one rcp.approx each (7, 5 and 5 instructions instead of 25-35 with tanhf, expf and IEEE division,
+which an unrolled epilogue pays per output): silu and sigmoid as x / (1 + 2^(-x log2 e)), gelu_tanh as its equal
+x / (1 + exp(-2u)), u = sqrt(2/pi) (x + k x^3) (no cancellation for negative x, unlike 1 + tanh(u)). Error: ex2.approx
+2 ulp of its result plus the rounding of its argument a (|a| 2^-24 relative), the division 2 ulp: at most (4 + |a|)
+ulp relative, 1.6e-6 at |x| = 20; a denominator past 2^126 gives -0 (x / inf's value), below a float's smallest
+normal. So gelu(-inf), gelu_tanh(-inf) and silu(-inf) are NaN; comparisons are IEEE (false on NaN but !=).
 """
 from __future__ import annotations
 
@@ -61,10 +65,16 @@ _FLOAT_HELPERS = {   # both polynomials with immediate coefficients: selecting b
               "asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(e) : \"f\"(-fabsf(p))); "
               "return big ? copysignf(1.f - e, x) : p;").replace("{", "{{").replace("}", "}}"),
     "gelu": "return {half} * x * ({one} + cj_erf(x * {sqrt1_2}));",
-    "silu": "return __fdividef(x, {one} + {exp}(-x));",   # 2 ulp; 1 + exp(-x) past 2^126 gives -0 (as x / inf)
+    # x / (1 + 2^e): ex2.approx and rcp.approx (__fdividef); a denominator past 2^126 gives -0 (as x / inf)
+    "exp2_ratio": "float t; asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(t) : \"f\"(e)); "
+                  "return __fdividef(x, 1.f + t);".replace("{", "{{").replace("}", "}}"),
+    "silu": "return cj_exp2_ratio(x, x * {m_log2e});",
+    "sigmoid": "return cj_exp2_ratio({one}, x * {m_log2e});",
+    "gelu_tanh": "return cj_exp2_ratio(x, x * fmaf(x * x, {m2k_log2e}, {m2_log2e}));",   # -2u log2 e
 }
-_HELPER_PARAMS = {"erf": ("x",)}
+_HELPER_PARAMS = {"erf": ("x",), "exp2_ratio": ("x", "e")}
 _NEEDS = {"clamp": ("min", "max"), "gelu": ("erf",)}
+_FLOAT_NEEDS = {"silu": ("exp2_ratio",), "sigmoid": ("exp2_ratio",), "gelu_tanh": ("exp2_ratio",)}
 _SIMPLE = re.compile(r"[A-Za-z_]\w*(\[[^\[\]]*\])?")
 
 
@@ -107,12 +117,14 @@ def prelude(funcs: Iterable[str], scalar: str = "float") -> str:
     for f in funcs:
         if f not in FUNCTIONS:
             raise ExpressionError(f"unknown function {f!r}; functions: {', '.join(FUNCTIONS)}")
-        for g in (*_NEEDS.get(f, ()), f):
+        for g in (*_NEEDS.get(f, ()), *(_FLOAT_NEEDS.get(f, ()) if scalar == "float" else ()), f):
             if g in _HELPERS or scalar == "float" and g in _FLOAT_HELPERS:
                 wanted[g] = None
     words = dict(_MATH[scalar], zero=literal(0.0, scalar), one=literal(1.0, scalar), half=literal(0.5, scalar),
                  sqrt1_2=literal(math.sqrt(0.5), scalar), sqrt_2_pi=literal(math.sqrt(2 / math.pi), scalar),
-                 k=literal(GELU_TANH_K, scalar))
+                 k=literal(GELU_TANH_K, scalar), m_log2e=literal(-1 / math.log(2), scalar),
+                 m2_log2e=literal(-2 * math.sqrt(2 / math.pi) / math.log(2), scalar),
+                 m2k_log2e=literal(-2 * math.sqrt(2 / math.pi) * GELU_TANH_K / math.log(2), scalar))
     out, helpers = [], _FLOAT_HELPERS if scalar == "float" else {}
     for f in wanted:
         guard = f"CJ_EXPR_{f.upper()}_{scalar.upper()}"

@@ -5,11 +5,13 @@ A problem carries its epilogue as one string, the key `cuopjit.expr.epilogue_key
 and each operand's kind, e.g. 'gelu((acc+bias))|bias:per_column' ("" = the kernel's own alpha/beta epilogue).
 So the meaning, not the spelling, enters the plan, the kernel's name and the cache key. From the key:
 
-    code(key, scalar)     the template parameter `epilogue` (EpilogueCode): the helper prelude, one C
+    code(key, scalar, staged)  the template parameter `epilogue` (EpilogueCode): the helper prelude, one C
                           expression over the functor's loads (one output), the same over a run of outputs
                           whose operands were loaded first (`vexpr`: element cj_k of the arrays the functor's
                           `apply` fills, 16-byte loads where they line up), each operand's kind, whether it reads
-                          `c`; templates/common/epilogue.cuh.jinja turns it into the functor every store site calls
+                          `c`; templates/common/epilogue.cuh.jinja turns it into the functor every store site calls.
+                          `staged`: the kernel may bring the output-shaped operands into shared memory (the wgmma
+                          Conv2D's TMA-staged residual), so those are read with generic loads, not ld.global.nc
     args(key, first)      the kernel arguments it adds: ptr(first), ptr(first + 1), ... one per operand in
                           the expression's order (a tensor's pointer, or a Python number's bits: the plan's
                           per-call slots, so a new number neither re-plans nor recompiles)
@@ -31,6 +33,12 @@ from ..run.plan import Arg, ptr
 
 _LOADS = {SCALAR: "cj_s{k}", PER_COLUMN: "__ldg(cj_p{k} + cj_col)", PER_ROW: "__ldg(cj_p{k} + cj_row)",
           FULL: "__ldg(cj_p{k} + cj_full)"}
+_STAGED_FULL = "cj_p{k}[cj_full]"
+
+
+def full_count(key: str) -> int:
+    """How many of the key's operands are output-shaped ("full")."""
+    return kinds_of(key).count(FULL)
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ class EpilogueCode:
     operands: tuple[str, ...]     # each operand's kind, in argument order
     reads_c: bool
     vexpr: str                    # element cj_k of a run: acc v[cj_k], c cj_cv[cj_k], operand k cj_o<k>[cj_k] / cj_s<k>
+    staged: bool = False          # output-shaped operands by generic loads (shared memory or global)
 
     def __str__(self) -> str:
         return self.key
@@ -77,16 +86,18 @@ def kinds_of(key: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=256)
-def code(key: str, scalar: str) -> EpilogueCode:
-    """The template parameter of `key` in `scalar` ('float' or 'double')."""
+def code(key: str, scalar: str, staged: bool = False) -> EpilogueCode:
+    """The template parameter of `key` in `scalar` ('float' or 'double'); `staged`: output-shaped operands may
+    lie in shared memory (read by generic loads)."""
     expr, kinds = split(key)
     loads = {"acc": "cj_acc", "c": "cj_c"}
-    loads.update({name: _LOADS[kind].format(k=k) for k, (name, kind) in enumerate(kinds)})
+    loads.update({name: (_STAGED_FULL if staged and kind == FULL else _LOADS[kind]).format(k=k)
+                  for k, (name, kind) in enumerate(kinds)})
     gen = generate(expr, loads, scalar)
     run = {"acc": "v[cj_k]", "c": "cj_cv[cj_k]"}
     run.update({name: f"cj_s{k}" if kind == SCALAR else f"cj_o{k}[cj_k]" for k, (name, kind) in enumerate(kinds)})
     return EpilogueCode(key, tuple(line for line in gen.prelude.split("\n") if line), gen.expr,
-                        tuple(kind for _, kind in kinds), "c" in expr.names, generate(expr, run, scalar).expr)
+                        tuple(kind for _, kind in kinds), "c" in expr.names, generate(expr, run, scalar).expr, staged)
 
 
 def args(key: str, first: int) -> tuple[Arg, ...]:
@@ -99,10 +110,11 @@ def tag(key: str) -> str:
     return f"_e{hashlib.sha256(key.encode()).hexdigest()[:8]}" if key else ""
 
 
-def add(params: dict, key: str, scalar: str) -> dict:
-    """`params` with the template parameter `epilogue` for `key` (unchanged for "": the kernel renders as it did)."""
+def add(params: dict, key: str, scalar: str, staged: bool = False) -> dict:
+    """`params` with the template parameter `epilogue` for `key` (unchanged for "": the kernel renders as it did);
+    `staged` as code's."""
     if key:
-        params["epilogue"] = code(key, scalar)
+        params["epilogue"] = code(key, scalar, staged)
     return params
 
 

@@ -14,8 +14,9 @@ N, a multiple of 8; rows past the box's pixels are computed and never stored). T
               tiles 20-57% slower on the H100.)
 
 A tile of one consumer warpgroup (layers of <= 64 output channels) takes exact boxes of at most ONE_CONSUMER_QN
-pixels (H100, measured: 3x3 64 -> 64 at 56^2 in TF32, QN 200 14% behind the 8 x 8 box; 1x1 64 -> 64 in 3xTF32,
-QN 112 10% behind QN 128). `score` ranks them: the last wave's fill x the useful share of the computed pixels x
+pixels, and of equal scores the narrowest (H100, 3x3 64 -> 64 at 56^2, batch 32, in TF32: 8 x 14 0.0530 ms, 28 x 4
+0.0533, 56 x 2 0.0568, the 8 x 8 box 0.0597, QN 200 14% behind it, cuDNN 0.0544; 1x1 64 -> 64 in 3xTF32: QN 112
+10% behind QN 128). `score` ranks them: the last wave's fill x the useful share of the computed pixels x
 the tile width's own rate a - b / QN (RATE: TF32 1.0, 0.95, 0.85 at QN 256, 128, 64 as measured on the H100 for
 the grouped boxes, 3xTF32 1.0, 0.8 at 128, 64; between them the same curve). A 14 x 14 output: QN 200 (196
 pixels) in place of 256 (31% of it padding); a 7 x 7 one: 4 images in QN 200 in place of 64-pixel boxes of 49.
@@ -28,7 +29,7 @@ from ..base import cdiv
 
 RATE = {False: (1.05, 12.8), True: (1.2, 25.6)}     # (a, b) of a pixel tile's rate a - b / QN
 MIN_QN = 56                                         # exact boxes of fewer pixels are not tried (a 7 x 7 image: 49)
-ONE_CONSUMER_QN = 64                                # the widest exact box of a one-consumer tile
+ONE_CONSUMER_QN = {False: 112, True: 64}            # the widest exact box of a one-consumer tile (3xTF32: True)
 
 
 @dataclass(frozen=True)

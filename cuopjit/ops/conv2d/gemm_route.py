@@ -26,6 +26,7 @@ from ..base import cdiv
 from ..gemm import plans as gemm_plans, wgmma as gemm_wgmma
 from ..gemm.problem import GemmChoice, GemmProblem
 from .problem import ConvProblem
+from .wgmma import DEBIAS
 
 WGMMA_RATE = {(128, 256): 1.0, (128, 128): 0.8, (64, 256): 0.6, (128, 64): 0.7}   # relative rate of a tile
 _OWN = {(True, True): "where(acc + bias > 0, acc + bias, 0)", (True, False): "acc + bias",
@@ -112,8 +113,15 @@ def lead_tiles(problem: ConvProblem, choice: GemmRouteChoice) -> int:
 
 
 def plan(problem: ConvProblem, choice: GemmRouteChoice, target: Target) -> Plan:
-    """The GEMM plan with its operands a, b, c (+ epilogue operands, workspace) named as the convolution's."""
-    inner = gemm_plans.plan(gemm_problem(problem), choice.inner, target)
+    """The GEMM plan with its operands a, b, c (+ epilogue operands, workspace) named as the convolution's.
+
+    On the TF32 wgmma kernel both x and the weight (as stored) are truncated to TF32 by the tensor cores, each
+    product low by twice the mean of one truncation: alpha = DEBIAS² takes it back, as the convolution kernel's
+    DEBIAS does for x (conv2d/wgmma.py)."""
+    g = gemm_problem(problem)
+    if isinstance(choice.inner, gemm_wgmma.WgmmaChoice) and not choice.inner.split and g.dtype == "float32":
+        g = dataclasses.replace(g, alpha=DEBIAS * DEBIAS)
+    inner = gemm_plans.plan(g, choice.inner, target)
     operands = ("x", "weight", "bias", "y", *epilogue.operand_names(problem.epilogue))
     index = {0: 0, 1: 1, 2: 3, len(inner.operands): len(operands)}       # a, b, c, the workspace
     for i in range(3, len(inner.operands)):                            # the epilogue's operands

@@ -9,7 +9,10 @@ EVEN evenly (`spread`: the blocks over the busiest SM's share), else 64 x 64 x 1
 8 x 8 thread tile does 16 FMAs per shared-memory word it reads, the 4 x 4 tile 8 (its load/store pipe ran 85%
 busy). H100, ResNet-50 at batch 32, every candidate timed: R8 22-25% ahead of the 4 x 4 tile on the 3x3 layers at
 56^2 and 28^2 (0.99 spread); at 14^2 and 7^2 (spread 0.74-0.79) within -6..+6% of it, so the 4 x 4 tile stays;
-64 x 64 x 16 with 8 x 8 thread tiles (64 threads) and 128 x 128 x 8 were never ahead.
+64 x 64 x 16 with 8 x 8 thread tiles (64 threads) and 128 x 128 x 8 were never ahead. Where R8's blocks number
+one to two per SM (the 14^2 outputs of 256 channels: 196 blocks), R8 in WINDOW_SLICES k-slices leads instead
+(3x3 256 -> 256 at 14^2: 0.2256 ms against the 4 x 4 tile's 0.2474, R8 unsplit 0.2743, 2 / 3 / 6 slices
+0.2814 / 0.2854 / 0.2557; cuDNN 0.191).
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from .shapes import BLOCKS, TILES, TUNED, WIDE, Shape, derive, valid_threads
 SMALL_OUTPUT = 1 << 23    # float32 SIMT windows with at most this many outputs (ResNet's 3x3 at <= 28^2)
 R8 = Shape(False, 64, 16, 8, 8, bn=128)
 EVEN = 0.9
+WINDOW_SLICES = 4         # k-slices of R8 on float32 SIMT windows of one to two blocks per SM
 
 
 def auto_tile(problem: ConvProblem, cfg: ConfigSnapshot, mma: bool, target: Target) -> int:
@@ -52,9 +56,14 @@ def choices(problem: ConvProblem, cfg: ConfigSnapshot, target: Target, mma: bool
     free = not cfg.tile_size and not cfg.block_size and cfg.kernel_type != "simple"
     window = (free and not mma and problem.dtype == "float32" and problem.kh * problem.kw > 1 and problem.cg >= 64
               and npix * problem.kg <= SMALL_OUTPUT)
+    window_slices = 1
     if window:      # 64 x 64 x 16 r4x4 (H100 ResNet 3x3: 0.76-0.97x before) unless R8 spreads evenly
-        even = cdiv(problem.kg, R8.bm) * R8.bm <= 1.25 * problem.kg and spread(problem, R8, target) >= EVEN
+        fits = cdiv(problem.kg, R8.bm) * R8.bm <= 1.25 * problem.kg
+        even = fits and spread(problem, R8, target) >= EVEN
         shape = R8 if even else TUNED["float32", False][1]
+        blocks = cdiv(problem.kg, R8.bm) * cdiv(npix, R8.bn) * problem.groups
+        if fits and not even and target.sm_count < blocks <= 2 * target.sm_count and splitk.allowed(problem):
+            window_slices = WINDOW_SLICES
     elif free and tile == wide.bm and cdiv(problem.kg, wide.bm) * cdiv(npix, wide.bn) * problem.groups >= target.sm_count:
         shape = wide
     else:
@@ -77,6 +86,9 @@ def choices(problem: ConvProblem, cfg: ConfigSnapshot, target: Target, mma: bool
     if slices > 1:
         made.insert(0, ConvChoice(sliced, sliced.threads, pad=cfg.enable_shared_memory_opt, split=split,
                                   split_k=slices, **switches))
+    elif window_slices > 1:
+        made.insert(0, ConvChoice(R8, R8.threads, pad=cfg.enable_shared_memory_opt, split=split,
+                                  split_k=window_slices, **switches))
     return made
 
 

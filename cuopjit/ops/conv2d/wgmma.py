@@ -3,9 +3,9 @@
 Launches: the weight packed to [O][KH][KW][CPAD] (rounded to TF32; 3xTF32 adds a lo = tf32(w - hi) copy:
 a Convolution2D runs it once per set_weight, problem.ConvPlan), an NCHW input converted to an internal NHWC
 copy (rounded to TF32; a channels_last input is read as it is, no copy: the tensor cores truncate it to
-TF32), then the persistent wgmma kernel, whose pixel operand is one 4-D TMA box per k-tile (channels x BW x
-BH of one image, the stride as the tensor map's element strides; TMA's zero fill outside the image is the
-padding), writing NCHW or channels_last y. 3xTF32 splits the input two ways (`lo_copy`): NCHW layers with
+TF32, see DEBIAS below), then the persistent wgmma kernel, whose pixel operand is one 4-D TMA box per k-tile
+(channels x BW x BH of one image, the stride as the tensor map's element strides; TMA's zero fill outside the
+image is the padding), writing NCHW or channels_last y. 3xTF32 splits the input two ways (`lo_copy`): NCHW layers with
 much work per input value (out_channels * kh * kw / strides >= LO_COPY_WORK) get a second NHWC copy of
 lo = tf32(x - hi) read by TMA beside hi; the others (and every channels_last input) keep x as it is and the
 kernel's producer warpgroup writes each tile's lo in shared memory (half the copy traffic; the seed layer:
@@ -13,6 +13,23 @@ kernel 2.23 ms instead of 1.80 ms, copy 0.31 instead of 0.48 ms; ResNet's 1x1 25
 0.21 ms in all). Layers it takes: float32, sm_90, one group, at least half of the padded channels real
 (CPAD = 32-multiple), a channels_last x with C a multiple of 4, and a pixel tile that wastes at most
 MAX_WASTE of the output; the others stay on the mma.sync kernel.
+
+Truncating x to TF32 lowers each product by 2^-11 E[1/m] of itself on average (m the significand: for values whose
+low bits are uniform and significands log-uniform, 3.52e-4), a bias toward zero that adds up over a network's layers
+(ResNet-50 b32 through the torch backend: 1.45e-2 output error against eager fp32, eager TF32 5.9e-4). The kernel
+scales its sums by DEBIAS = 1 + that mean instead (one multiply per output): the mean error is then zero, the spread
+that of rounding to nearest (per layer 4.7e-4 -> 3.0e-4, ResNet-50 with its 1x1 layers on this kernel 9.8e-3 ->
+7.5e-4, as with x rounded to nearest: 7.7e-4), and values exact in TF32 come out 3.5e-4 high, under TF32's 2^-11.
+Rounding x in shared memory instead (the producer's idle warps, cvt.rna, in place after each stage's TMA) cost
+1.36-1.46x the kernel time over ResNet-50's layers (H100, 2026-11-26): it is redone for every channel tile and
+tap that reads the pixel, as much shared-memory traffic as the wgmmas' own.
+
+A user epilogue's output-shaped operands (a residual; at most RESIDUAL_TILES, TF32 only) come into shared memory by
+TMA (`rtiles`): the producer loads a tile's box of each while the consumers still run its k-loop, and the epilogue
+reads them from shared memory instead of waiting on global loads at each store (the 1.5x of the TF32 conv +
+residual; `residual_tiles` says where: y's rows of 16-byte multiples and room for two stages beside them); with one
+such operand the epilogue writes y over its tile and the producer stores it with TMA beside the next tile's k-loop
+(`y_by_tma`). A residual or y that is not 16-byte aligned at run time takes the kernel's global loads and stores.
 
 Pixel boxes: boxes.py (BW x BH pixels of one image with BW a multiple of 8, or for a channels_last y exact
 boxes: whole output rows or several whole images, QN their pixels rounded up to 8).
@@ -28,6 +45,7 @@ enable_memory_coalescing float2 output stores where rows are even.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ...build import pipeline
@@ -49,7 +67,9 @@ MAX_WASTE = 2.0             # computed pixels / output pixels at most this (else
 WIDTHS = {False: (256, 128, 64), True: (128, 64)}   # pixel tiles QN (3xTF32: acc + total in registers)
 BLOCKS = {0: 2, 256: 1}                             # block_size -> consumer warpgroups
 REGS = {2: 232, 1: 240}                             # setmaxnreg of the consumers
-MAP_BYTES = 512                                     # up to three 128-byte tensor maps per block
+MAP_BYTES = 512                                     # up to four 128-byte tensor maps per block
+RESIDUAL_TILES = 2                                  # output-shaped operands staged by TMA (map slots 2 and 3)
+DEBIAS = 1 + 2.0 ** -11 / (2 * math.log(2))         # 1 + E[x - TF32 truncation of x] / x (module docstring)
 UNITS = {False: "TF32 tensor cores (wgmma)", True: "TF32 tensor cores, 3 products (wgmma 3xTF32)"}
 
 
@@ -69,6 +89,7 @@ class WgmmaConvChoice(Warpgroups):
     opts: pipeline.CompileOpts = pipeline.DEFAULT_OPTS
     bh: int = 0         # box rows (0: qn // bw)
     imgs: int = 1       # images per box (boxes.py's exact boxes)
+    rtiles: int = 0     # output-shaped epilogue operands brought into shared memory by TMA
 
     @property
     def pixel_box(self) -> Box:
@@ -80,7 +101,8 @@ class WgmmaConvChoice(Warpgroups):
                 + (f"x{self.imgs}" if self.imgs > 1 else "") + f"_s{self.stages}"
                 + ("_3xtf32" if self.split else "") + ("_locopy" if self.lo_copy else "")
                 + ("" if self.coalesce else "_scalar")
-                + ("" if self.pad else "_nopad") + ("" if self.unroll else "_nounroll"))
+                + ("" if self.pad else "_nopad") + ("" if self.unroll else "_nounroll")
+                + (f"_rt{self.rtiles}" if self.rtiles else ""))
 
 
 def cpad(problem) -> int:
@@ -123,37 +145,67 @@ def tiles(problem, choice: WgmmaConvChoice) -> int:
     return cdiv(problem.k, choice.pm) * count(problem, choice.pixel_box)
 
 
-def smem_bytes(consumers: int, qn: int, stages: int, split: bool, staged: bool = False) -> int:
+def y_by_tma(problem, choice: WgmmaConvChoice) -> bool:
+    """Whether the kernel writes its outputs over the one staged operand's tile and stores that with TMA: an epilogue
+    that does not read c, and boxes TMA clips at y's edges (not whole-row channels_last boxes, whose last rows may
+    run into the next image)."""
+    return (choice.rtiles == 1 and not epilogue.code(problem.epilogue, "float").reads_c
+            and not (problem.y_nhwc and choice.bw == problem.ow))
+
+
+def smem_bytes(consumers: int, qn: int, stages: int, split: bool, staged: bool = False, rtiles: int = 0) -> int:
     """Dynamic shared memory: stages of (W, X) k-tiles (hi and lo with 3xTF32), barriers, maps, alignment;
-    `staged`: a user epilogue's output staging past the maps (as the GEMM's)."""
+    `staged`: a user epilogue's output staging past the maps (as the GEMM's); `rtiles` output tiles of its
+    output-shaped operands after that, and their two barriers."""
     return (stages * (2 if split else 1) * (64 * consumers + qn) * BK * 4 + 24 * stages + 4 * 128 + 128 + 1024
-            + (staging_bytes(consumers, qn) if staged else 0))
+            + (staging_bytes(consumers, qn) if staged else 0) + (rtiles * 64 * consumers * qn * 4 + 16 if rtiles else 0))
+
+
+def residual_tiles(problem, split: bool) -> int:
+    """How many output-shaped epilogue operands the TF32 kernel brings in by TMA (0: it reads them from global
+    memory): 1 or 2 of them, y's rows (NCHW: OW floats; channels_last: O) a multiple of 16 bytes (TMA's strides),
+    a channels_last y of under 2^31 pixels."""
+    full = epilogue.full_count(problem.epilogue) if problem.epilogue else 0
+    if split or not 0 < full <= RESIDUAL_TILES:
+        return 0
+    if problem.y_nhwc:
+        return full if problem.k % 4 == 0 and problem.n * problem.oh * problem.ow < 2 ** 31 else 0
+    return full if problem.ow % 4 == 0 else 0
 
 
 def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaConvChoice]:
     """The named or heuristic build first; with tile and block free, the other pixel boxes follow (boxes.py: the
-    exact ones where y is channels_last and tile_size is free)."""
+    exact ones where y is channels_last and tile_size is free); boxes whose build keeps the epilogue's output-shaped
+    operands in shared memory before those that could not fit them."""
     consumers = BLOCKS[cfg.block_size] if cfg.block_size else (1 if problem.k <= 64 else 2)
     widths = [q for q in WIDTHS[split] if not cfg.tile_size or q == cfg.tile_size]
     found = candidates(problem, widths, problem.y_nhwc and not cfg.tile_size,
-                       ONE_CONSUMER_QN if consumers == 1 else 0)
+                       ONE_CONSUMER_QN[split] if consumers == 1 else 0)
     fits = [b for b in found if waste(problem, b) <= MAX_WASTE] or [min(found, key=lambda b: waste(problem, b))]
-    order = sorted(fits, key=lambda b: -score(problem, b, consumers, split, target.sm_count))
+    narrow = consumers == 1 and not split       # of equal scores, the narrowest box (boxes.py)
+    order = sorted(fits, key=lambda b: (-score(problem, b, consumers, split, target.sm_count), b.bw if narrow else 0))
     lo_copy = (split and not problem.x_nhwc
                and problem.k * problem.kh * problem.kw >= LO_COPY_WORK * problem.sh * problem.sw)
     switches = {"split": split, "lo_copy": lo_copy, "unroll": cfg.enable_loop_unroll,
                 "pad": cfg.enable_shared_memory_opt,
                 "coalesce": cfg.enable_memory_coalescing, "opts": pipeline.compile_opts(cfg)}
     free = not cfg.tile_size and not cfg.block_size
-    return [build(consumers, b.qn, b.bw, target, staged=bool(problem.epilogue), bh=b.bh, imgs=b.imgs, **switches)
-            for b in (order if free else order[:1])]
+    rtiles = residual_tiles(problem, split)
+    builds = [build(consumers, b.qn, b.bw, target, staged=bool(problem.epilogue), bh=b.bh, imgs=b.imgs, rtiles=rtiles,
+                    **switches) for b in order]
+    builds.sort(key=lambda c: c.rtiles < rtiles)    # boxes that keep the residual in shared memory first
+    return builds if free else builds[:1]
 
 
-def build(consumers: int, qn: int, bw: int, target: Target, split: bool, staged: bool = False,
+def build(consumers: int, qn: int, bw: int, target: Target, split: bool, staged: bool = False, rtiles: int = 0,
           **switches) -> WgmmaConvChoice:
-    """A build with as many stages as fit one block's shared memory (beside a user epilogue's staging)."""
-    fit = [s for s in range(2, MAX_STAGES + 1) if smem_bytes(consumers, qn, s, split, staged) <= target.smem_per_block]
-    return WgmmaConvChoice(consumers, qn, bw, fit[-1], split=split, **switches)
+    """A build with as many stages as fit one block's shared memory (beside a user epilogue's staging and
+    `rtiles` staged operand tiles; none where two stages would not fit beside them)."""
+    def fit(r):
+        return [s for s in range(2, MAX_STAGES + 1)
+                if smem_bytes(consumers, qn, s, split, staged, r) <= target.smem_per_block]
+    rtiles = rtiles if fit(rtiles) else 0
+    return WgmmaConvChoice(consumers, qn, bw, fit(rtiles)[-1], split=split, rtiles=rtiles, **switches)
 
 
 def _check(problem, c: WgmmaConvChoice) -> None:
@@ -178,6 +230,9 @@ def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
         raise ValueError(f"Convolution2D cannot run on the wgmma kernel: {reason}")
     p, c = problem, choice
     _check(p, c)
+    if c.rtiles and c.rtiles != residual_tiles(p, c.split):
+        raise ValueError(f"Convolution2D wgmma build {c.label} stages {c.rtiles} epilogue operands by TMA, which this "
+                         f"layer takes {residual_tiles(p, c.split)} of: build it for this layer (wgmma.choices)")
     cp = cpad(p)
     grid = min(tiles(p, c), target.sm_count)
     wsize = p.k * p.kh * p.kw * cp * 4
@@ -212,16 +267,19 @@ def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
               "FULL_ROWS": p.y_nhwc and c.bw == p.ow, "STAGES": c.stages, "CONSUMERS": c.consumers,
               "LO_COPY": c.lo_copy, "SH": p.sh, "SW": p.sw, "PH": p.ph, "PW": p.pw, "DH": p.dh, "DW": p.dw,
               "bias": p.bias, "relu": p.relu, "VEC_OUT": vec, "CONSUMER_REGS": REGS[c.consumers],
-              "Y_NHWC": p.y_nhwc}
-    epilogue.add(params, p.epilogue, "float")
+              "Y_NHWC": p.y_nhwc, "DEBIAS": DEBIAS if p.x_nhwc and not c.split else 0,
+              "RTILES": tuple(i for i, kind in enumerate(epilogue.kinds_of(p.epilogue)) if kind == "full") if c.rtiles else (),
+              "YSTORE": y_by_tma(p, c)}
+    epilogue.add(params, p.epilogue, "float", staged=bool(c.rtiles))
     name = (f"conv2d_{tag}_s{p.sh}x{p.sw}_p{p.ph}x{p.pw}" + (f"_d{p.dh}x{p.dw}" if (p.dh, p.dw) != (1, 1) else "")
-            + ("_bias" if p.bias else "") + ("_relu" if p.relu else "") + f"_{c.label}_v{vec}" + p.layout_tag
+            + ("_bias" if p.bias else "") + ("_relu" if p.relu else "") + f"_{c.label}_v{vec}"
+            + ("_ytma" if params["YSTORE"] else "") + p.layout_tag
             + epilogue.tag(p.epilogue))
     spec = pipeline.make_spec(TEMPLATE, "conv2d_wgmma", name, params, c.opts, arch_specific=True)
     args = (*x_parts, w_hi, w_lo, *((ptr(2),) if p.bias else ()), ptr(3), ptr(ws), i32(p.n), i32(cp),
             i32(p.c if p.x_nhwc else cp), i32(p.h), i32(p.w), i32(p.k), i32(p.oh), i32(p.ow),
             *epilogue.args(p.epilogue, 4))
     launches.append(KernelLaunch(spec, (grid,), (c.threads,), args,
-                                 shared=smem_bytes(c.consumers, c.qn, c.stages, c.split, bool(p.epilogue)),
+                                 shared=smem_bytes(c.consumers, c.qn, c.stages, c.split, bool(p.epilogue), c.rtiles),
                                  units=UNITS[c.split]))
     return ConvPlan(tuple(launches), operands, workspace=top, choice=c.label, pack_launches=1, packed_at=offs[2])

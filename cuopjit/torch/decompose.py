@@ -2,10 +2,10 @@
 
 Under `torch.no_grad()` an eval `nn.TransformerEncoderLayer` calls one native op,
 `torch._transformer_encoder_layer_fwd`, and attention modules call `F.scaled_dot_product_attention`;
-neither has a cuopjit kernel, but both are a few linears, matmuls, a softmax, layer norms and
-elementwise ops, which do. `expand(gm, modules)` replaces each such node (without a mask, dropout or
-causal flag: those stay torch) by those primitives, traced into the graph with torch.fx proxies, and
-returns the words the report shows. The expansions follow torch's own definitions
+both are a few linears, one fused attention (fused_attention.py: AttentionFloat / Double), layer norms
+and elementwise ops. `expand(gm, modules)` replaces each such node (without a mask or dropout: those stay
+torch) by those primitives, traced into the graph with torch.fx proxies, and returns the words the report
+shows. The expansions follow torch's own definitions
 (torch/nn/modules/transformer.py, F.scaled_dot_product_attention's documented reference).
 """
 from __future__ import annotations
@@ -13,18 +13,12 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping
 
-import torch
 import torch.fx as fx
 import torch.nn.functional as F
 from torch.fx.proxy import GraphAppendingTracer, Proxy
 
+from . import fused_attention
 from .nodes import Call, describe
-
-
-def attention(q: Any, k: Any, v: Any, scale: float) -> Any:
-    """softmax(q kᵀ · scale) v over the last two axes (the scale after the product: its epilogue)."""
-    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
-    return torch.matmul(F.softmax(scores, -1), v)
 
 
 def encoder_layer(src: Any, embed_dim: int, num_heads: int, qkv_weight: Any, qkv_bias: Any, proj_weight: Any,
@@ -37,7 +31,7 @@ def encoder_layer(src: Any, embed_dim: int, num_heads: int, qkv_weight: Any, qkv
     def self_attention(x: Any) -> Any:
         qkv = F.linear(x, qkv_weight, qkv_bias).chunk(3, -1)
         q, k, v = (qkv[i].unflatten(-1, (num_heads, head)).transpose(1, 2) for i in range(3))
-        out = attention(q, k, v, 1.0 / math.sqrt(head)).transpose(1, 2).flatten(-2)
+        out = fused_attention.node(q, k, v, 1.0 / math.sqrt(head), heads_last=True).flatten(-2)
         return F.linear(out, proj_weight, proj_bias)
 
     def feed_forward(x: Any) -> Any:
@@ -52,9 +46,9 @@ def encoder_layer(src: Any, embed_dim: int, num_heads: int, qkv_weight: Any, qkv
     return F.layer_norm(x + feed_forward(x), shape, norm_weight_2, norm_bias_2, eps)
 
 
-def sdpa(query: Any, key: Any, value: Any, scale: float | None, depth: int, **unused: Any) -> Any:
-    """F.scaled_dot_product_attention without mask, dropout or causal flag."""
-    return attention(query, key, value, 1.0 / math.sqrt(depth) if scale is None else scale)
+def sdpa(query: Any, key: Any, value: Any, scale: float | None, depth: int, is_causal: bool, **unused: Any) -> Any:
+    """F.scaled_dot_product_attention without mask or dropout: one fused attention node."""
+    return fused_attention.node(query, key, value, 1.0 / math.sqrt(depth) if scale is None else scale, is_causal)
 
 
 def _val(v: Any) -> Any:
@@ -73,8 +67,8 @@ def _encoder_args(call: Call) -> dict | str:
 
 def _sdpa_args(call: Call) -> dict | str:
     a = call.args
-    if a["attn_mask"] is not None or a["dropout_p"] or a["is_causal"] or a["enable_gqa"]:
-        return "scaled_dot_product_attention with a mask, dropout, is_causal or enable_gqa stays torch"
+    if a["attn_mask"] is not None or a["dropout_p"] or a["enable_gqa"] or not isinstance(a["is_causal"], bool):
+        return "scaled_dot_product_attention with a mask, dropout or enable_gqa stays torch"
     q = _val(a["query"])
     if q is None or q.dim() < 2 or not isinstance(q.shape[-1], int):
         return "scaled_dot_product_attention on inputs of unknown shape stays torch"
@@ -83,9 +77,9 @@ def _sdpa_args(call: Call) -> dict | str:
 
 # op -> (arguments or why not, expansion, words for the report)
 EXPANSIONS: dict[str, tuple[Callable[[Call], dict | str], Callable[..., Any], str]] = {
-    "encoder_layer": (_encoder_args, encoder_layer, "TransformerEncoderLayer written out as linear, matmul, "
-                                                    "softmax, layer_norm and elementwise nodes"),
-    "sdpa": (_sdpa_args, sdpa, "scaled_dot_product_attention written out as matmul, softmax, matmul"),
+    "encoder_layer": (_encoder_args, encoder_layer, "TransformerEncoderLayer written out as linear, attention, "
+                                                    "layer_norm and elementwise nodes"),
+    "sdpa": (_sdpa_args, sdpa, "scaled_dot_product_attention as one fused attention node"),
 }
 
 

@@ -20,6 +20,8 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .fused_attention import attention as fused_attention
+
 _REQUIRED = object()
 
 
@@ -53,6 +55,7 @@ SIGNATURES = {name: _sig(text) for name, text in {
                      "norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1, "
                      "ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None, mask_type=None",
     "sdpa": "query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False",
+    "attention": "query, key, value, scale=None, causal=False, heads_last=False",
 }.items()}
 ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "neg", "relu", "gelu", "silu", "sigmoid", "tanh", "hardtanh",
                          "batch_norm"})
@@ -82,6 +85,7 @@ FUNCTIONS: dict[Any, tuple[str, str, bool]] = {
     F.dropout: ("dropout", "dropout", False),
     torch._transformer_encoder_layer_fwd: ("encoder_layer", "encoder_layer", False),
     F.scaled_dot_product_attention: ("sdpa", "sdpa", False),
+    fused_attention: ("attention", "attention", False),
 }
 _IN_PLACE_OPERATORS = (operator.iadd, operator.isub, operator.imul, operator.itruediv)
 _METHOD_OPS = ("relu", "sigmoid", "tanh", "neg", "add", "sub", "mul", "div")

@@ -6,12 +6,13 @@ the methods interleaved batch by batch (the host's drift hits them alike), with 
 synchronize between batches; the figure is each method's median per-call host time.
 
     python benchmarks/launch.py [--op relu|gemm] [--calls 100000] [--out benchmarks/results/launch_<op>.json]
-    python benchmarks/launch.py --interop [--calls 100000]       # -> benchmarks/results/launch_interop.json
+    python benchmarks/launch.py --interop|--host [--calls 100000]  # -> benchmarks/results/launch_interop.json
 
 Also: the same forward through a JIT wrapper, and a captured graph of 100 forwards replayed. With
 --interop, host time of foreign operands instead (interop_methods): a forward on torch tensors beside the
 same forward on cuopjit Tensors, `cuopjit.tensor(torch_tensor)`, and each torch.ops.cuopjit op beside the
-torch op it replaces (tiny shapes, so the host, not the GPU, sets the pace).
+torch op it replaces (tiny shapes, so the host, not the GPU, sets the pace; operands that do not alias, as
+a prepared torch.ops call needs: cuopjit/torch/prepared.py). `--host` is the same table.
 """
 from __future__ import annotations
 
@@ -87,6 +88,24 @@ def graph_replay_us(op, args, kernels_per_graph: int = 100, replays: int = 200) 
     return statistics.median(samples)
 
 
+def _bare_op(torch):
+    """A torch.ops call whose Python kernel only allocates its output: the dispatcher's and the allocation's toll
+    (None where this torch refuses it)."""
+    def empty(t):
+        return torch.empty_like(t)
+    try:
+        lib = torch.library.Library("cuopjit_bench", "FRAGMENT")
+        lib.define("empty(Tensor x) -> Tensor")
+        lib.impl("empty", empty, "CUDA")
+        op = torch.ops.cuopjit_bench.empty
+        op(torch.ones(1, device="cuda"))
+    except Exception as exc:  # noqa: BLE001  the row is left out, the others stand
+        print(f"(no bare-op row: {type(exc).__name__}: {exc})")
+        return None
+    _bare_op.lib = lib     # the registration lives as long as the module
+    return op
+
+
 def interop_methods() -> tuple[dict, dict]:
     """(name -> call, ratio name -> (numerator, denominator)) for the interop table."""
     import torch
@@ -104,10 +123,15 @@ def interop_methods() -> tuple[dict, dict]:
     ta, tc = cuopjit.tensor(a), cuopjit.tensor(c)
     read = interop.reader(type(x))
     lx, lw, lb = torch.randn(8, 64, device="cuda"), torch.randn(64, 64, device="cuda"), torch.randn(64, device="cuda")
-    b3 = torch.randn(4, 16, 16, device="cuda")
+    b3, b3b = torch.randn(4, 16, 16, device="cuda"), torch.randn(4, 16, 16, device="cuda")
     v = torch.randn(64, device="cuda")
     img, cw, cb = torch.randn(1, 8, 16, 16, device="cuda"), torch.randn(8, 8, 3, 3, device="cuda"), \
         torch.randn(8, device="cuda")
+    fused = cuopjit.GemmFloat()
+    fused.set_weight(w)
+    fused.set_epilogue("relu(acc + bias)", bias=cuopjit.tensor(torch.ones(1, device="cuda")))
+    size = (8, 40)
+    bare = _bare_op(torch)
     methods = {
         "relu forward, cuopjit Tensors": lambda: relu.forward(tx, ty),
         "relu forward, torch tensors": lambda: relu.forward(x, y),
@@ -115,10 +139,15 @@ def interop_methods() -> tuple[dict, dict]:
         "JIT relu forward, torch tensors": lambda: jit.forward(x, y),
         "gemm forward, cuopjit Tensors": lambda: gemm.forward(ta, tc),
         "gemm forward, torch tensors": lambda: gemm.forward(a, c),
+        "gemm forward + epilogue relu(acc + bias), cuopjit Tensors": lambda: fused.forward(ta, tc),
         "cuopjit.tensor(torch tensor)": lambda: cuopjit.tensor(x),
         "  part: call_key(x, y), the warm probe's key": lambda: call_key((x, y), {}),
         "  part: operands(x, y), the first call's swap": lambda: operands((x, y), {}),
         "  part: interop read of x": lambda: read(x),
+        **({"  part: torch.ops call of a Python op doing torch.empty_like(x)": lambda: bare(x)} if bare else {}),
+        "  part: torch.empty_like(x)": lambda: torch.empty_like(x),
+        "  part: x.new_empty((8, 40))": lambda: lx.new_empty(size),
+        "  part: torch.empty((8, 40), dtype=, device=)": lambda: torch.empty(size, dtype=lx.dtype, device=lx.device),
         "torch.relu": lambda: torch.relu(x),
         "torch.ops.cuopjit.relu": lambda: ops.relu(x),
         "F.linear (bias)": lambda: F.linear(lx, lw, lb),
@@ -127,8 +156,8 @@ def interop_methods() -> tuple[dict, dict]:
         "torch.ops.cuopjit.linear": lambda: ops.linear(lx, lw),
         "torch.matmul": lambda: torch.matmul(lx, lw),
         "torch.ops.cuopjit.matmul": lambda: ops.matmul(lx, lw),
-        "torch.bmm": lambda: torch.bmm(b3, b3),
-        "torch.ops.cuopjit.bmm": lambda: ops.bmm(b3, b3),
+        "torch.bmm": lambda: torch.bmm(b3, b3b),
+        "torch.ops.cuopjit.bmm": lambda: ops.bmm(b3, b3b),
         "torch.mv": lambda: torch.mv(lw, v),
         "torch.ops.cuopjit.gemv": lambda: ops.gemv(lw, v),
         "F.conv2d (bias, padding 1)": lambda: F.conv2d(img, cw, cb, 1, 1),
@@ -137,7 +166,9 @@ def interop_methods() -> tuple[dict, dict]:
     ratios = {"relu forward: torch / cuopjit Tensors": ("relu forward, torch tensors", "relu forward, cuopjit Tensors"),
               "JIT relu: torch / cuopjit Tensors": ("JIT relu forward, torch tensors",
                                                     "JIT relu forward, cuopjit Tensors"),
-              "gemm forward: torch / cuopjit Tensors": ("gemm forward, torch tensors", "gemm forward, cuopjit Tensors")}
+              "gemm forward: torch / cuopjit Tensors": ("gemm forward, torch tensors", "gemm forward, cuopjit Tensors"),
+              "gemm forward: epilogue / plain": ("gemm forward + epilogue relu(acc + bias), cuopjit Tensors",
+                                                 "gemm forward, cuopjit Tensors")}
     for mine, theirs in (("relu", "torch.relu"), ("linear (bias)", "F.linear (bias)"), ("linear", "F.linear"),
                          ("matmul", "torch.matmul"), ("bmm", "torch.bmm"), ("gemv", "torch.mv"),
                          ("conv2d (bias, padding 1)", "F.conv2d (bias, padding 1)")):
@@ -164,7 +195,8 @@ def interop_main(calls: int, out_path: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--op", default="relu", choices=("relu", "gemm"))
-    ap.add_argument("--interop", action="store_true", help="time foreign operands and torch.ops.cuopjit instead")
+    ap.add_argument("--interop", "--host", action="store_true",
+                    help="time foreign operands and torch.ops.cuopjit's host toll instead")
     ap.add_argument("--calls", type=int, default=100_000)
     ap.add_argument("--out", default=None, help="default: benchmarks/results/launch_<op or interop>.json")
     ns = ap.parse_args()

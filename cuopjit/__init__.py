@@ -22,6 +22,13 @@ from .ops import (AveragePool2DBFloat16, AveragePool2DHalf, AxpyBFloat16, AxpyHa
                   GlobalMaxPool2DHalf, MaxPool2DBFloat16, MaxPool2DHalf, ReluBFloat16, ReluHalf, ScalBFloat16, ScalHalf,
                   ViewBFloat16, ViewHalf)
 from .ops import ElementwiseDouble, ElementwiseFloat, fold_batchnorm
+from .ops import GemvBFloat16, GemvHalf
+from .jit import JITGemvBFloat16, JITGemvHalf
+from .ops import BatchMatMulBFloat16, BatchMatMulHalf, GemmBFloat16, GemmHalf, MatMulBFloat16, MatMulHalf
+from .jit import (JITBatchMatMulBFloat16, JITBatchMatMulHalf, JITGemmBFloat16, JITGemmHalf, JITMatMulBFloat16,
+                  JITMatMulHalf)
+from .ops import AttentionBFloat16, AttentionDouble, AttentionFloat, AttentionHalf
+from .jit import JITAttentionBFloat16, JITAttentionDouble, JITAttentionFloat, JITAttentionHalf
 from .device.memory import empty_cache, memory_context, memory_stats, reset_peak_memory_stats, set_memory_fraction
 from .explain import explain
 from .listing import show
@@ -75,4 +82,9 @@ __all__ = [
     "ElementwiseHalf", "ElementwiseBFloat16", "JITElementwiseHalf", "JITElementwiseBFloat16",
     "Convolution2DFloat", "Convolution2DDouble", "JITConvolution2DFloat", "JITConvolution2DDouble",
     "ElementwiseFloat", "ElementwiseDouble", "JITElementwiseFloat", "JITElementwiseDouble", "fold_batchnorm",
+    "GemvHalf", "GemvBFloat16", "JITGemvHalf", "JITGemvBFloat16",
+    "GemmHalf", "GemmBFloat16", "JITGemmHalf", "JITGemmBFloat16", "MatMulHalf", "MatMulBFloat16", "JITMatMulHalf",
+    "JITMatMulBFloat16", "BatchMatMulHalf", "BatchMatMulBFloat16", "JITBatchMatMulHalf", "JITBatchMatMulBFloat16",
+    "AttentionFloat", "AttentionDouble", "JITAttentionFloat", "JITAttentionDouble", "AttentionHalf", "AttentionBFloat16",
+    "JITAttentionHalf", "JITAttentionBFloat16",
 ]

@@ -39,13 +39,15 @@ _DTYPES: dict[Any, Optional[np.dtype]] = {}     # dtype token -> numpy dtype (No
 _CUDA_DEVICE_TYPES = (2, 3, 13)                 # DLPack kDLCUDA, kDLCUDAHost, kDLCUDAManaged
 
 
-def _torch_key(x: Any) -> Key | None:
+def torch_key(x: Any) -> Key | None:
+    """A torch tensor's key (read through its C methods; x.stride() only when it is not contiguous)."""
     if x.is_contiguous():
         return (x.data_ptr(), x.shape, x.dtype, x.get_device())
     return _laid_out((x.data_ptr(), x.shape, x.dtype, x.get_device()), tuple(x.shape), x.stride())
 
 
-def _cupy_key(x: Any) -> Key | None:
+def cupy_key(x: Any) -> Key | None:
+    """A CuPy array's key."""
     if x.flags.c_contiguous:
         return (x.data.ptr, x.shape, x.dtype, x.device.id)
     return _laid_out((x.data.ptr, x.shape, x.dtype, x.device.id), x.shape,
@@ -84,9 +86,9 @@ def _resolve(cls: type) -> Reader | None:
         if base in READERS and base is not object:
             return READERS[base]
     if _named(cls, "torch", "Tensor"):
-        return _torch_key
+        return torch_key
     if _named(cls, "cupy", "ndarray"):
-        return _cupy_key
+        return cupy_key
     if issubclass(cls, np.ndarray) or not (hasattr(cls, "__cuda_array_interface__") or hasattr(cls, "__dlpack__")):
         return None
     return _generic_key
@@ -187,9 +189,9 @@ def on_host(x: Any) -> bool:
     read = reader(type(x))
     if read is None:
         return True
-    if read is _torch_key:
+    if read is torch_key:
         return x.get_device() < 0
-    if read is _cupy_key:
+    if read is cupy_key:
         return False
     try:
         dev = getattr(x, "__dlpack_device__", None)

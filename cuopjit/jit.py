@@ -22,6 +22,10 @@ from .ops import ElementwiseDouble, ElementwiseFloat
 from .ops import LayerNormBFloat16, LayerNormHalf, SoftmaxBFloat16, SoftmaxHalf
 from .ops import (BatchNormBFloat16, BatchNormHalf, ElementwiseBFloat16, ElementwiseHalf, ReluBFloat16,
                   ReluHalf)
+from .ops import GemvBFloat16, GemvHalf
+from .ops import (BatchMatMulBFloat16, BatchMatMulHalf, GemmBFloat16, GemmHalf, MatMulBFloat16,
+                  MatMulHalf)
+from .ops import AttentionBFloat16, AttentionDouble, AttentionFloat, AttentionHalf
 from .ops.base import Operator
 from .operands import call_key, operands, resolve
 from .interop import READERS
@@ -128,6 +132,12 @@ class JITWrapper:
         return listing.kernel_text(self.operator, self._current_settings(), args, kwargs, arch, what)
 
     # --- running ------------------------------------------------------------------------------
+    @property
+    def run_settings(self) -> RunSettings:
+        """The settings this wrapper's forwards plan under now (its JITConfig under the global switches): the
+        key of the wrapped operator's plan memo (`operator.memo(settings)`)."""
+        return self._current_settings()
+
     def _current_settings(self) -> RunSettings:
         """This wrapper's settings under the global switches (rebuilt only when a setter or one of them ran)."""
         glob = _GLOBAL
@@ -197,12 +207,18 @@ def _wrapper(operator_type: type[Operator]) -> type[JITWrapper]:
 # The named JIT wrappers of the cuOP API, one per operator class.
 JITGemmFloat = _wrapper(GemmFloat)
 JITGemmDouble = _wrapper(GemmDouble)
+JITGemmHalf = _wrapper(GemmHalf)
+JITGemmBFloat16 = _wrapper(GemmBFloat16)
 JITGemvFloat = _wrapper(GemvFloat)
 JITGemvDouble = _wrapper(GemvDouble)
 JITMatMulFloat = _wrapper(MatMulFloat)
 JITMatMulDouble = _wrapper(MatMulDouble)
+JITMatMulHalf = _wrapper(MatMulHalf)
+JITMatMulBFloat16 = _wrapper(MatMulBFloat16)
 JITBatchMatMulFloat = _wrapper(BatchMatMulFloat)
 JITBatchMatMulDouble = _wrapper(BatchMatMulDouble)
+JITBatchMatMulHalf = _wrapper(BatchMatMulHalf)
+JITBatchMatMulBFloat16 = _wrapper(BatchMatMulBFloat16)
 JITSymmFloat = _wrapper(SymmFloat)
 JITSymmDouble = _wrapper(SymmDouble)
 JITTrsmFloat = _wrapper(TrsmFloat)
@@ -229,3 +245,9 @@ JITElementwiseFloat = _wrapper(ElementwiseFloat)
 JITElementwiseDouble = _wrapper(ElementwiseDouble)
 JITElementwiseHalf = _wrapper(ElementwiseHalf)
 JITElementwiseBFloat16 = _wrapper(ElementwiseBFloat16)
+JITGemvHalf = _wrapper(GemvHalf)
+JITGemvBFloat16 = _wrapper(GemvBFloat16)
+JITAttentionFloat = _wrapper(AttentionFloat)
+JITAttentionDouble = _wrapper(AttentionDouble)
+JITAttentionHalf = _wrapper(AttentionHalf)
+JITAttentionBFloat16 = _wrapper(AttentionBFloat16)

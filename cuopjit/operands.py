@@ -24,6 +24,7 @@ _VIEWS: dict[tuple, Tensor] = {}     # interop key -> an owner-less view
 _VIEWS_KEPT = 1 << 12                # past this many the table starts over (a view is cheap to remake)
 _UNSEEN = object()
 _reader = interop.READERS.get       # type -> key reader (None: no foreign array); a miss resolves the type
+_torch_key = interop.torch_key      # torch's reader, recognised by identity on the warm path
 
 
 def view_at(ptr: int, shape: tuple, dtype: Any, device: int, layout: str = CONTIGUOUS) -> Tensor | None:
@@ -102,24 +103,30 @@ def call_key(args: tuple, kwargs: dict) -> tuple | None:
     """The operands of a call as one hashable key: a foreign array by its interop key, a Tensor by (pointer,
     plan key), anything else as itself (unhashable: the probe raises TypeError). None when an array
     cannot be taken as it is or its type was never seen. Everything a bind reads from its arguments is in it,
-    so an operator memoises (runner, pointers, result) of calls on foreign arrays under it."""
+    so an operator memoises (runner, pointers, result) of calls on foreign arrays under it.
+
+    A contiguous torch tensor's reads are written out here (no call of interop's reader): this runs on every
+    forward of torch tensors."""
     parts = []
     for a in args:
         read = _reader(type(a), _UNSEEN)
-        if read is None:
+        if read is _torch_key and a.is_contiguous():
+            parts.append((a.data_ptr(), a.shape, a.dtype, a.get_device()))
+        elif read is None:
             parts.append((a.ptr, a.plan_key) if isinstance(a, Tensor) else a)
         elif read is _UNSEEN or (key := read(a)) is None:
             return None
         else:
             parts.append(key)
-    for name, a in kwargs.items():
-        read = _reader(type(a), _UNSEEN)
-        if read is None:
-            parts.append((name, (a.ptr, a.plan_key) if isinstance(a, Tensor) else a))
-        elif read is _UNSEEN or (key := read(a)) is None:
-            return None
-        else:
-            parts.append((name, key))
+    if kwargs:
+        for name, a in kwargs.items():
+            read = _reader(type(a), _UNSEEN)
+            if read is None:
+                parts.append((name, (a.ptr, a.plan_key) if isinstance(a, Tensor) else a))
+            elif read is _UNSEEN or (key := read(a)) is None:
+                return None
+            else:
+                parts.append((name, key))
     return tuple(parts)
 
 

@@ -50,8 +50,8 @@ def test_torch_and_cupy_are_recognised_by_class_without_importing_them():
     torch_like = type("Tensor", (), {"__module__": "torch"})
     sub = type("Parameter", (torch_like,), {"__module__": "torch.nn.parameter"})
     cupy_like = type("ndarray", (), {"__module__": "cupy._core.core"})
-    assert interop.reader(torch_like) is interop._torch_key and interop.reader(sub) is interop._torch_key
-    assert interop.reader(cupy_like) is interop._cupy_key
+    assert interop.reader(torch_like) is interop.torch_key and interop.reader(sub) is interop.torch_key
+    assert interop.reader(cupy_like) is interop.cupy_key
 
 
 def test_operands_swap_foreign_arrays_for_cached_views_and_map_results_back():
@@ -205,7 +205,7 @@ TorchLike.__name__ = "Tensor"
     (TorchLike([2, 5], "float64"), TypeError, r"^GemmFloat: a is float64, GemmFloat works on float32$"),
 ], ids=["cpu", "int32", "float16", "strides", "float64"])
 def test_torch_like_operands_are_read_structurally(a, kind, message):
-    assert interop.reader(TorchLike) is interop._torch_key
+    assert interop.reader(TorchLike) is interop.torch_key
     with pytest.raises(kind, match=message) as info:
         gemm().forward(a, fake([2, 3]))
     assert_one_line_unchained(info.value)

@@ -4,7 +4,7 @@ each class's `family` attribute holds the family's pure functions (choices, plan
 from __future__ import annotations
 
 from .base import Operator
-from .gemm.operator import GemmDouble, GemmFloat
+from .gemm.operator import GemmBFloat16, GemmDouble, GemmFloat, GemmHalf
 from .elementwise.relu import ReluBFloat16, ReluDouble, ReluFloat, ReluHalf
 from .blas1 import (AxpyBFloat16, AxpyDouble, AxpyFloat, AxpyHalf, CopyBFloat16, CopyDouble, CopyFloat, CopyHalf,
                     DotBFloat16, DotDouble, DotFloat, DotHalf, ScalBFloat16, ScalDouble, ScalFloat, ScalHalf)
@@ -19,12 +19,15 @@ from .rows.softmax import SoftmaxBFloat16, SoftmaxDouble, SoftmaxFloat, SoftmaxH
 from .rows.layernorm import LayerNormBFloat16, LayerNormDouble, LayerNormFloat, LayerNormHalf
 from .batchnorm import BatchNormBFloat16, BatchNormDouble, BatchNormFloat, BatchNormHalf
 from .gemm.gemv import GemvDouble, GemvFloat
+from .gemm.gemv import GemvBFloat16, GemvHalf
 from .gemm.matmul import BatchMatMulDouble, BatchMatMulFloat, MatMulDouble, MatMulFloat
+from .gemm.matmul import BatchMatMulBFloat16, BatchMatMulHalf, MatMulBFloat16, MatMulHalf
 from .gemm.symm import SymmDouble, SymmFloat
 from .gemm.trsm import TrsmDouble, TrsmFloat
 from .conv2d.operator import Convolution2DDouble, Convolution2DFloat
 from .elementwise.custom import ElementwiseBFloat16, ElementwiseDouble, ElementwiseFloat, ElementwiseHalf
 from .batchnorm_fold import fold_batchnorm
+from .attention.operator import AttentionBFloat16, AttentionDouble, AttentionFloat, AttentionHalf
 
 FAMILIES: dict[str, tuple[type[Operator], type[Operator]]] = {
     "gemm": (GemmFloat, GemmDouble),
@@ -49,9 +52,13 @@ FAMILIES: dict[str, tuple[type[Operator], type[Operator]]] = {
     "trsm": (TrsmFloat, TrsmDouble),
     "conv2d": (Convolution2DFloat, Convolution2DDouble),
     "elementwise": (ElementwiseFloat, ElementwiseDouble),
+    "attention": (AttentionFloat, AttentionDouble),
 }
 # The families that compute in float16 and bfloat16: (Half, BFloat16) classes.
 HALF_CLASSES: dict[str, tuple[type[Operator], type[Operator]]] = {
+    "gemm": (GemmHalf, GemmBFloat16),
+    "matmul": (MatMulHalf, MatMulBFloat16),
+    "batchmatmul": (BatchMatMulHalf, BatchMatMulBFloat16),
     "scal": (ScalHalf, ScalBFloat16),
     "axpy": (AxpyHalf, AxpyBFloat16),
     "copy": (CopyHalf, CopyBFloat16),
@@ -67,6 +74,8 @@ HALF_CLASSES: dict[str, tuple[type[Operator], type[Operator]]] = {
     "layernorm": (LayerNormHalf, LayerNormBFloat16),
     "batchnorm": (BatchNormHalf, BatchNormBFloat16),
     "elementwise": (ElementwiseHalf, ElementwiseBFloat16),
+    "gemv": (GemvHalf, GemvBFloat16),
+    "attention": (AttentionHalf, AttentionBFloat16),
 }
 CLASSES: dict[str, dict[str, type[Operator]]] = {
     op: {cls.dtype.name: cls for cls in (*classes, *HALF_CLASSES.get(op, ()))} for op, classes in FAMILIES.items()}
@@ -90,4 +99,5 @@ __all__ = ["FAMILIES", "Operator", "GemmFloat", "GemmDouble",
            "SoftmaxFloat", "SoftmaxDouble", "LayerNormFloat", "LayerNormDouble", "BatchNormFloat", "BatchNormDouble",
            "HALF_CLASSES", "CLASSES", "operator_class",
            *(cls.__name__ for pair in HALF_CLASSES.values() for cls in pair),
-           "Convolution2DFloat", "Convolution2DDouble", "ElementwiseFloat", "ElementwiseDouble", "fold_batchnorm"]
+           "Convolution2DFloat", "Convolution2DDouble", "ElementwiseFloat", "ElementwiseDouble", "fold_batchnorm",
+           "AttentionFloat", "AttentionDouble"]

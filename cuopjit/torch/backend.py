@@ -145,8 +145,8 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: di
     report.notes += p.notes
     launch = Launch()
     kernels = rewrite(p, launch, _tf32(options), report)
-    built = build_all([sample for k in kernels for sample in k.samples])
-    report.notes.append(f"{built} kernels built (or found in the cache) in parallel before the first call")
+    built = build_all([sample for k in kernels for sample in k.samples], ordinal)
+    report.notes.append(f"{built} kernels built (or found in the cache) and loaded in parallel before the first call")
     run = _runner(gm, launch, ordinal)
     if not options.get("cuda_graphs"):
         return run

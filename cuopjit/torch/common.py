@@ -2,9 +2,13 @@
 
 An op's launch gets a fresh contiguous output and torch's current stream; it wraps its tensors with
 `view(t)` (a cached owner-less view: one dict probe on pointer, shape, dtype and device, nothing made or
-freed per call) and hands weights to the operator with `hold` (a setter runs only when the tensor behind
-the weight changed, so a model's parameters are checked once). Operators that hold weights are set and
-launched under `lock`, since one operator object serves every caller with the same settings.
+freed per call), hands weights to the operator with `hold` (a setter runs only when the tensor behind
+the weight changed, so a model's parameters are checked once) and launches with `forward(op, ...)`.
+An operator that packs its weights belongs to them (conv2d: `instance(..., owner=(weight, bias))`, one per
+weight tensor, so two layers of one shape never take turns re-packing, and what a prepared launch remembers
+of the packed weights stays true; it keeps them alive until 4,096 operators have been made, when the table
+starts over); operators are set and launched under `lock`, since threads share them.
+`capture()` records the forward a launch made, from which cuopjit/torch/prepared.py makes a warm call.
 """
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ lock = threading.Lock()
 _instances: dict[tuple, Any] = {}
 _constants: dict[tuple, torch.Tensor] = {}
 _held: dict[tuple[int, str], tuple] = {}
+_INSTANCES_KEPT = 1 << 12   # past this many operators (weights seen) the table starts over
+_seen = threading.local()   # .calls: the forwards made while a capture() is open on this thread
 
 
 def _no_cuda(device: int) -> int:
@@ -39,19 +45,59 @@ raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _no_cuda)
 class TorchOp:
     """One custom op: its schema (after the name), its output shape, and its launch (out, stream, *args).
 
-    `shape` and `run` take the op's arguments as the schema names them, with the schema's defaults."""
+    `shape` and `run` take the op's arguments as the schema names them, with the schema's defaults.
+    `weights`: the positions of the tensors its operator packs (keyed by identity in prepared calls);
+    `prepared`: whether a warm call may skip `run` (False where `run` does more than one forward)."""
     schema: str
     shape: Callable[..., Sequence[int]]
     run: Callable[..., None]
+    weights: tuple[int, ...] = ()
+    prepared: bool = True
 
 
-def instance(family: str, dtype: torch.dtype, *settings: Any) -> Any:
-    """One operator object per family, dtype and constructor settings (its plan memo is what makes calls warm)."""
-    key = (family, dtype, *settings)
+def instance(family: str, dtype: torch.dtype, *settings: Any, owner: Sequence[torch.Tensor | None] = (),
+             epilogue: str | None = None) -> Any:
+    """One operator object per family, dtype and constructor settings (its plan memo is what makes calls warm),
+    per `epilogue` (set once, its operands passed per call) and per `owner`: the weight tensors it will hold
+    (the operator keeps them alive, so their pointers, part of the key, name them)."""
+    if owner and not getattr(_seen, "owned", True):   # a copy made for this call only: share one operator
+        owner = ()
+    key = (family, dtype, *settings, epilogue, *[0 if t is None else t.data_ptr() for t in owner])
     op = _instances.get(key)
     if op is None:
-        op = _instances.setdefault(key, FAMILIES[family][0 if dtype == torch.float32 else 1](*settings))
+        if len(_instances) >= _INSTANCES_KEPT:
+            _instances.clear()
+            _held.clear()
+        op = FAMILIES[family][0 if dtype == torch.float32 else 1](*settings)
+        if epilogue is not None:
+            op.set_epilogue(epilogue)
+        op = _instances.setdefault(key, op)
     return op
+
+
+def forward(op: Any, *args: Any, stream: int, **kwargs: Any) -> Any:
+    """`op.forward(*args, stream=stream, **kwargs)`, recorded while a capture() is open on this thread."""
+    result = op.forward(*args, stream=stream, **kwargs)
+    calls = getattr(_seen, "calls", None)
+    if calls is not None:
+        calls.append((op, args, kwargs))
+    return result
+
+
+class capture:
+    """`with capture(owned) as calls:` the (operator, args, kwargs) of each `forward` made inside, in order.
+    `owned=False`: the call's weights are copies made for it (to be contiguous), so `instance` ignores owners."""
+
+    def __init__(self, owned: bool = True):
+        self.owned = owned
+
+    def __enter__(self) -> list:
+        self.outer = getattr(_seen, "calls", None), getattr(_seen, "owned", True)
+        _seen.calls, _seen.owned = [], self.owned
+        return _seen.calls
+
+    def __exit__(self, *exc: Any) -> None:
+        _seen.calls, _seen.owned = self.outer
 
 
 def view(t: torch.Tensor, shape: Sequence[int] | None = None) -> Tensor:

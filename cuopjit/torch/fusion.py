@@ -131,9 +131,16 @@ def _drop_noops(gm: fx.GraphModule, modules: dict) -> list[str]:
     return notes
 
 
+def traced(gm: fx.GraphModule) -> bool:
+    """Whether every node but the output already has a fake value (Dynamo's example_value): no pass needed."""
+    return all("val" in n.meta or "example_value" in n.meta for n in gm.graph.nodes if n.op != "output")
+
+
 def prepare(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[list[str], dict[str, str]]:
-    """Fake values on every node, expansions and dropped no-ops (the graph is changed in place)."""
-    propagate(gm, example_inputs)
+    """Fake values on every node (Dynamo's where it gave them), expansions and dropped no-ops (the graph is
+    changed in place)."""
+    if not traced(gm):
+        propagate(gm, example_inputs)
     modules = dict(gm.named_modules())
     notes, kept = decompose.expand(gm, modules)
     notes += _drop_noops(gm, modules)

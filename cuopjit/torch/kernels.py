@@ -21,18 +21,20 @@ from .. import layout
 from ..config import DEFAULT as DEFAULT_SETTINGS, JITConfig
 from ..jit import JITBatchMatMulFloat, JITConvolution2DFloat, JITGemmFloat, JITMatMulFloat
 from ..ops import FAMILIES
-from . import epilogues, layouts
+from . import epilogues, fused_attention, layouts
 from .common import NP
 from .fusion import Group
 from .prebuild import Sample, settings_of
 from .program import HEAD, Program, batchnorm_scale_shift, render
 from .support import Context, pair
+from .warm import Warm
 
 _WRAPPERS = {"conv2d": JITConvolution2DFloat, "gemm": JITGemmFloat, "matmul": JITMatMulFloat,
              "batchmatmul": JITBatchMatMulFloat}
 INPUTS = {"conv2d": ("input",), "linear": ("input",), "matmul": ("input", "other"), "bmm": ("input", "mat2"),
           "baddbmm": ("batch1", "batch2"), "softmax": ("input",), "layer_norm": ("input",),
-          "max_pool2d": ("input",), "avg_pool2d": ("input",), "adaptive_avg_pool2d": ("input",)}
+          "max_pool2d": ("input",), "avg_pool2d": ("input",), "adaptive_avg_pool2d": ("input",),
+          "attention": ("query", "key", "value")}
 TENSOR_CORES = frozenset({"conv2d", "linear", "matmul", "bmm", "baddbmm"})   # the products (TF32 flag: conv / matmul)
 
 
@@ -83,6 +85,7 @@ class Head:
         self.op_fuses = head.op in TENSOR_CORES
         if self.op_fuses:
             self._fuse(group, ctx, self.tensor_cores)
+        self.warm = Warm(self.run, self.op)
 
     def _fuse(self, group: Group, ctx: Context, tensor_cores: bool) -> None:
         """The tail as this product's epilogue, where epilogues.fit allows (else it stays a program)."""
@@ -145,6 +148,9 @@ class Head:
         self.kwargs = {"axis": a["dim"]}
         return type(self.op).__name__
 
+    def _attention(self, group: Group, ctx: Context, a: dict, tf32: dict[str, bool]) -> str:
+        return fused_attention.setup(self, a, tf32)
+
     def _layer_norm(self, group: Group, ctx: Context, a: dict, tf32: dict[str, bool]) -> str:
         shape = tuple(a["normalized_shape"]) if isinstance(a["normalized_shape"], (list, tuple)) \
             else (a["normalized_shape"],)
@@ -191,9 +197,9 @@ class Head:
         y = torch.empty(self.shape, dtype=self.dtype, device=self.device, memory_format=fmt)
         if self.view is not None:   # a linear: x [..., k] @ Wᵀ as the GEMM [rows, k] @ Wᵀ -> [rows, n]
             x = xs[0] if xs[0].dim() == 2 else xs[0].reshape(self.view[0])
-            self.run.forward(x, y.view(self.view[1]), stream=self.launch.stream, **operands)
+            self.warm(self.launch.stream, (x, y.view(self.view[1])), operands)
         else:
-            self.run.forward(*xs, y, stream=self.launch.stream, **self.kwargs, **operands)
+            self.warm(self.launch.stream, (*xs, y), {**self.kwargs, **operands} if self.kwargs else operands)
         return y
 
     def __call__(self, *xs: torch.Tensor) -> torch.Tensor:
@@ -224,6 +230,7 @@ class Tail:
         self.head_shape = tuple(head.shape) if HEAD in program.operands else None
         self.in_place = self.head_shape == self.shape
         self.launch = launch
+        self.warm = Warm(self.op, self.op)
         self.name = f"{type(self.op).__name__}({program.text!r})"
 
     def sample(self, runtime: list[tuple[int, ...]], laid: bool) -> Sample:
@@ -247,11 +254,11 @@ class Tail:
             out = y if self.in_place else torch.empty(self.shape, dtype=self.dtype, device=self.device,
                                                       memory_format=layouts.CHANNELS_LAST)
             operands = {**self.nhwc, **{n: layouts.nhwc(x) for n, x in runtime.items()}}
-            self.op.forward(stream=self.launch.stream, out=layouts.nhwc(out), **operands)
+            self.warm(self.launch.stream, (), {"out": layouts.nhwc(out), **operands})
             return out
         operands = {**self.constants, **{n: layouts.contiguous(x) for n, x in runtime.items()}}
         out = operands[HEAD] if self.in_place else torch.empty(self.shape, dtype=self.dtype, device=self.device)
-        self.op.forward(stream=self.launch.stream, out=out, **operands)
+        self.warm(self.launch.stream, (), {"out": out, **operands})
         return out
 
 

@@ -3,7 +3,9 @@
 Each op (cuopjit::linear, cuopjit::conv2d, cuopjit::softmax, ...) is a `torch.library` op with a fake
 (meta) implementation, so models using them trace under `torch.compile(fullgraph=True)` without graph
 breaks, and launch on torch's current stream, so they are captured by `torch.cuda.graphs`. Inputs are
-made contiguous and wrapped zero-copy (float32/float64 CUDA tensors); every op returns a new tensor.
+made contiguous and wrapped zero-copy (float32/float64 CUDA tensors); every op returns a new tensor. A call
+seen before (same shapes, strides, dtypes, devices and other arguments) is a prepared launch (prepared.py):
+one key, one probe, the output's allocation and the packed launch.
 Adding an op is one line in OPS (or ops_products.PRODUCTS): its schema, its output shape (the fake
 implementation) and how it launches. Autograd is not registered: the ops are for inference. cuopjit
 itself never imports torch; only importing this package does (optional extra `cuopjit[torch]`).
@@ -16,8 +18,10 @@ import numpy as np
 import torch
 
 from ..device import driver
-from .common import NP, TorchOp, constant, hold, instance, lock, raw_stream, view
+from .common import NP, TorchOp, capture, constant, forward, hold, instance, lock, raw_stream, view
 from .ops_products import PRODUCTS
+from .fused_attention import LIBRARY_OP as ATTENTION
+from .prepared import Table
 
 
 
@@ -45,7 +49,7 @@ def _pool_shape(x: torch.Tensor, kernel_size: Sequence[int], stride: Sequence[in
 # --- launches: out is a fresh contiguous tensor, s torch's current stream ------------------------------------
 def _map(family: str) -> Callable:
     def run(out, s, x):
-        instance(family, x.dtype).forward(view(x), view(out), stream=s)
+        forward(instance(family, x.dtype), view(x), view(out), stream=s)
     return run
 
 
@@ -55,7 +59,7 @@ def _scal(out, s, x, alpha):
     op = instance("scal", x.dtype)
     with lock:
         op.alpha = alpha
-        op.forward(view(out), stream=s)
+        forward(op, view(out), stream=s)
 
 
 def _axpy(out, s, x, y, alpha=1.0):
@@ -64,15 +68,15 @@ def _axpy(out, s, x, y, alpha=1.0):
     op = instance("axpy", x.dtype)
     with lock:
         op.alpha = alpha
-        op.forward(view(x), view(out), stream=s)
+        forward(op, view(x), view(out), stream=s)
 
 
 def _dot(out, s, x, y):
-    instance("dot", x.dtype).forward(view(x), view(y), view(out), stream=s)
+    forward(instance("dot", x.dtype), view(x), view(y), view(out), stream=s)
 
 
 def _softmax(out, s, x, dim=-1):
-    instance("softmax", x.dtype).forward(view(x), view(out), axis=dim, stream=s)
+    forward(instance("softmax", x.dtype), view(x), view(out), axis=dim, stream=s)
 
 
 def _layer_norm(out, s, x, normalized_shape, weight=None, bias=None, eps=1e-05):
@@ -83,7 +87,7 @@ def _layer_norm(out, s, x, normalized_shape, weight=None, bias=None, eps=1e-05):
     with lock:
         hold(op, "set_gamma", weight)
         hold(op, "set_beta", bias)
-        op.forward(view(x), view(out), stream=s)
+        forward(op, view(x), view(out), stream=s)
 
 
 def _batch_norm(out, s, x, running_mean, running_var, weight=None, bias=None, eps=1e-05):
@@ -94,28 +98,29 @@ def _batch_norm(out, s, x, running_mean, running_var, weight=None, bias=None, ep
     with lock:
         for name, t in zip(("set_gamma", "set_beta", "set_running_mean", "set_running_var"), params):
             hold(op, name, t)
-        op.forward(view(x), view(out), stream=s)
+        forward(op, view(x), view(out), stream=s)
 
 
 def _pool(family: str) -> Callable:
     def run(out, s, x, kernel_size, stride=(), padding=(0, 0)):
-        instance(family, x.dtype).forward(view(x), view(out), stream=s, **_window(kernel_size, stride, padding))
+        forward(instance(family, x.dtype), view(x), view(out), stream=s, **_window(kernel_size, stride, padding))
     return run
 
 
 def _global(family: str) -> Callable:
     def run(out, s, x):
-        instance(family, x.dtype).forward(view(x), view(out), stream=s)
+        forward(instance(family, x.dtype), view(x), view(out), stream=s)
     return run
 
 
 _POOL = "(Tensor x, int[] kernel_size, int[] stride=[], int[] padding=[0, 0]) -> Tensor"
 OPS: dict[str, TorchOp] = {
     **PRODUCTS,
+    "attention": ATTENTION,
     "relu": TorchOp("(Tensor x) -> Tensor", _same, _map("relu")),
     "copy": TorchOp("(Tensor x) -> Tensor", _same, _map("copy")),
-    "scal": TorchOp("(Tensor x, float alpha) -> Tensor", _same, _scal),
-    "axpy": TorchOp("(Tensor x, Tensor y, float alpha=1.0) -> Tensor", _same, _axpy),
+    "scal": TorchOp("(Tensor x, float alpha) -> Tensor", _same, _scal, prepared=False),
+    "axpy": TorchOp("(Tensor x, Tensor y, float alpha=1.0) -> Tensor", _same, _axpy, prepared=False),
     "dot": TorchOp("(Tensor x, Tensor y) -> Tensor", lambda x, y: (), _dot),
     "softmax": TorchOp("(Tensor x, int dim=-1) -> Tensor", _same, _softmax),
     "layer_norm": TorchOp("(Tensor x, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
@@ -136,14 +141,17 @@ def _check(name: str, x: torch.Tensor) -> None:
 
 def _impl(name: str, op: TorchOp) -> Callable:
     """The CUDA kernel of cuopjit::<name>: torch passes the arguments positionally, trailing defaults left out
-    (the launches' own defaults are the schema's)."""
+    (the launches' own defaults are the schema's). A call seen before is a prepared launch (prepared.py)."""
     shape, run, Tensor, empty_like = op.shape, op.run, torch.Tensor, torch.empty_like
+    table = Table(op.weights) if op.prepared else None
 
-    def impl(*args: Any, **kwargs: Any) -> torch.Tensor:
+    def slow(args: tuple, kwargs: dict) -> torch.Tensor:
+        given = args
         args = [a.contiguous() if isinstance(a, Tensor) and not a.is_contiguous() else a for a in args]
         if kwargs:
             kwargs = {k: v.contiguous() if isinstance(v, Tensor) and not v.is_contiguous() else v
                       for k, v in kwargs.items()}
+        copied = any(a is not b for a, b in zip(args, given))
         x = args[0]
         if x.dtype not in NP:
             _check(name, x)
@@ -152,8 +160,26 @@ def _impl(name: str, op: TorchOp) -> Callable:
             driver.set_device(ordinal)
         size = shape(*args, **kwargs)
         out = empty_like(x) if size is x.shape else x.new_empty(size)   # empty_like: the cheaper call
-        run(out, raw_stream(ordinal), *args, **kwargs)
+        with capture(owned=not copied) as calls:
+            run(out, raw_stream(ordinal), *args, **kwargs)
+        if table is not None and not kwargs and not copied:
+            table.put(given, calls, out)
         return out
+
+    if table is None:
+        return lambda *args, **kwargs: slow(args, kwargs)
+    key, prepared = table.key, table.calls
+
+    def impl(*args: Any, **kwargs: Any) -> torch.Tensor:
+        if not kwargs:
+            try:
+                warm = prepared.get(key(args))
+            except TypeError:     # an unhashable argument: the slow path takes it
+                warm = None
+            if warm is not None:
+                return warm(args)
+        return slow(args, kwargs)
+    impl.table = table
     return impl
 
 

@@ -9,17 +9,17 @@
     gemm(a, b, trans_a=False, trans_b=False, alpha=1.0)
 
 Weights (linear's, gemv's matrix, conv2d's weight and bias) reach the operator through `hold`: set once
-per tensor, not per call.
+per tensor, not per call. The GEMM-family operators read their weights where they lie (a held weight is a view),
+so one operator serves every weight of a setting, and a prepared call passes the weight's pointer as it passes
+the activations'. Conv2d packs its weight: its operator belongs to the weight and bias (owner=), and a prepared
+call keys on their identity (TorchOp.weights); pass parameters there, not tensors made per call.
 """
 from __future__ import annotations
 
 import math
 from typing import Sequence
 
-import torch
-
-from ..ops import FAMILIES
-from .common import TorchOp, hold, instance, lock, pair, view
+from .common import TorchOp, forward, hold, instance, lock, pair, view
 
 
 def _gemm_shape(a, b, trans_a=False, trans_b=False, alpha=1.0):
@@ -30,25 +30,11 @@ def _gemm(out, s, a, b, trans_a=False, trans_b=False, alpha=1.0):
     op = instance("gemm", a.dtype, trans_a, trans_b, alpha, 0.0)
     with lock:
         hold(op, "set_weight", b)
-        op.forward(view(a), view(out), stream=s)
+        forward(op, view(a), view(out), stream=s)
 
 
 def _linear_shape(x, weight, bias=None):
     return (*x.shape[:-1], weight.shape[0])
-
-
-def _biased(dtype) -> object:
-    """The GEMM x @ Wᵀ with the epilogue acc + bias, the bias passed per call (one launch, as F.linear)."""
-    key = ("gemm", dtype, "bias")
-    op = _with_bias.get(key)
-    if op is None:
-        op = FAMILIES["gemm"][0 if dtype == torch.float32 else 1](False, True)
-        op.set_epilogue("acc + bias")
-        op = _with_bias.setdefault(key, op)
-    return op
-
-
-_with_bias: dict = {}
 
 
 def _linear(out, s, x, weight, bias=None):
@@ -58,12 +44,12 @@ def _linear(out, s, x, weight, bias=None):
         op = instance("gemm", x.dtype, False, True, 1.0, 0.0)
         with lock:
             hold(op, "set_weight", weight)
-            op.forward(view(x, (rows, k)), view(out, (rows, n)), stream=s)
+            forward(op, view(x, (rows, k)), view(out, (rows, n)), stream=s)
         return
-    op = _biased(x.dtype)
+    op = instance("gemm", x.dtype, False, True, epilogue="acc + bias")   # one launch, as F.linear
     with lock:
         hold(op, "set_weight", weight)
-        op.forward(view(x, (rows, k)), view(out, (rows, n)), stream=s, bias=view(bias))
+        forward(op, view(x, (rows, k)), view(out, (rows, n)), stream=s, bias=view(bias))
 
 
 def _broadcast(x: Sequence[int], y: Sequence[int]) -> tuple:
@@ -81,11 +67,11 @@ def _matmul_shape(a, b):
 
 
 def _matmul(out, s, a, b):
-    instance("matmul", a.dtype).forward(view(a), view(b), view(out), stream=s)
+    forward(instance("matmul", a.dtype), view(a), view(b), view(out), stream=s)
 
 
 def _bmm(out, s, a, b):
-    instance("batchmatmul", a.dtype).forward(view(a), view(b), view(out), stream=s)
+    forward(instance("batchmatmul", a.dtype), view(a), view(b), view(out), stream=s)
 
 
 def _gemv_shape(a, x, trans=False):
@@ -96,7 +82,7 @@ def _gemv(out, s, a, x, trans=False):
     op = instance("gemv", a.dtype, trans, 1.0, 0.0)
     with lock:
         hold(op, "set_weight", a)
-        op.forward(view(x), view(out), stream=s)
+        forward(op, view(x), view(out), stream=s)
 
 
 def _conv_shape(x, weight, bias=None, stride: Sequence[int] = (1, 1), padding: Sequence[int] = (0, 0),
@@ -110,11 +96,11 @@ def _conv_shape(x, weight, bias=None, stride: Sequence[int] = (1, 1), padding: S
 def _conv2d(out, s, x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     o, cg, kh, kw = weight.shape
-    op = instance("conv2d", x.dtype, cg * groups, o, kh, kw, sh, sw, dh, dw, groups)
+    op = instance("conv2d", x.dtype, cg * groups, o, kh, kw, sh, sw, dh, dw, groups, owner=(weight, bias))
     with lock:
         hold(op, "set_weight", weight)
         hold(op, "set_bias", bias)
-        op.forward(view(x), view(out), pad_h=ph, pad_w=pw, stream=s)
+        forward(op, view(x), view(out), pad_h=ph, pad_w=pw, stream=s)
 
 
 PRODUCTS: dict[str, TorchOp] = {
@@ -125,5 +111,5 @@ PRODUCTS: dict[str, TorchOp] = {
     "bmm": TorchOp("(Tensor a, Tensor b) -> Tensor", lambda a, b: (a.shape[0], a.shape[1], b.shape[2]), _bmm),
     "gemv": TorchOp("(Tensor a, Tensor x, bool trans=False) -> Tensor", _gemv_shape, _gemv),
     "conv2d": TorchOp("(Tensor x, Tensor weight, Tensor? bias=None, int[2] stride=[1, 1], int[2] padding=[0, 0], "
-                      "int[2] dilation=[1, 1], int groups=1) -> Tensor", _conv_shape, _conv2d),
+                      "int[2] dilation=[1, 1], int groups=1) -> Tensor", _conv_shape, _conv2d, weights=(1, 2)),
 }

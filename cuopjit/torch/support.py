@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 
+from . import fused_attention
 from .nodes import ELEMENTWISE, Call
 
 FLOATS = (torch.float32, torch.float64)
@@ -194,6 +195,7 @@ CHECKS: dict[str, Callable[[Call, Context], str | None]] = {
     "softmax": lambda c, x: None if type(c.args["dim"]) is int and c.args["dtype"] is None else
     "softmax without an integer dim, or with a dtype",
     "layer_norm": _layer_norm,
+    "attention": fused_attention.check,
     "max_pool2d": _pool, "avg_pool2d": _pool, "adaptive_avg_pool2d": _adaptive,
     **{op: _elementwise for op in ELEMENTWISE},
 }

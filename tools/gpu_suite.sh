@@ -18,6 +18,7 @@ run rows $(g 'test_softmax*.py') tests/test_layernorm.py $(g 'test_batchnorm*.py
 run maps tests/test_pool.py $(g 'test_elementwise*.py') tests/test_blas1.py tests/test_activation.py tests/test_shape.py tests/test_properties_maps.py $(g 'test_layouts_maps*.py') tests/test_relayout.py &
 run blas tests/test_gemv.py tests/test_matmul.py tests/test_symm.py tests/test_trsm.py tests/test_properties_products.py &
 run torch $(g 'test_torch*.py') &
+run attention $(g 'test_attention*.py') &
 run runtime tests/test_execution.py tests/test_jit.py tests/test_explain.py tests/test_interop.py tests/test_tensor.py tests/test_layout.py tests/test_memory_stats.py $(g 'test_cli*.py') tests/test_show.py $(g 'test_tuning*.py') tests/test_guards.py tests/test_checks.py tests/test_pipeline.py tests/test_plans.py tests/test_prewarm_dtypes.py tests/test_multi_gpu.py &
 for tool in memcheck racecheck; do
   ( for script in tools/sanitize_*.py; do

@@ -17,7 +17,6 @@ a pointer cannot be told apart (aliased operands, an empty tensor), or the launc
 """
 from __future__ import annotations
 
-from operator import itemgetter
 from typing import Any, Callable, Sequence
 
 import torch
@@ -25,6 +24,7 @@ import torch
 from ..config import DEFAULT
 from ..device import driver
 from .common import raw_stream
+from .warm import Recipe
 
 _KEPT = 256    # prepared calls per op; past this many the table starts over (a miss is one slow call)
 _Tensor = torch.Tensor
@@ -70,9 +70,7 @@ def prepare(calls: list, args: Sequence[Any], out: torch.Tensor, weights: frozen
     held = {args[i].data_ptr() for i in weights if i < len(args) and isinstance(args[i], _Tensor)}
     if 0 in sources or len(set(sources)) < len(sources) or held.intersection(sources):
         return None
-    fixed = [p for p in pointers if p not in sources]
-    order = [sources.index(p) if p in sources else len(sources) + fixed.index(p) for p in pointers]
-    warm = _warm(run, dynamic, fixed, order, args, out)
+    warm = _warm(Recipe(run, sources, tuple(pointers)), dynamic, args, out)
     warm.operator = op      # its packed weights are among the fixed pointers: they live as long as this call
     return warm
 
@@ -87,12 +85,12 @@ def _allocator(args: Sequence[Any], out: torch.Tensor) -> tuple[int, Callable[[t
     return first, lambda x: x.new_empty(size)
 
 
-def _warm(run: Callable, dynamic: list[int], fixed: list[int], order: list[int], args: Sequence[Any],
-          out: torch.Tensor) -> Callable[[tuple], torch.Tensor]:
+def _warm(recipe: Recipe, dynamic: list[int], args: Sequence[Any], out: torch.Tensor
+          ) -> Callable[[tuple], torch.Tensor]:
     like, make = _allocator(args, out)
     ordinal, current, set_device = out.get_device(), driver.current_ordinal, driver.set_device
-    identity = order == list(range(len(dynamic) + 1)) and not fixed
-    pick = itemgetter(*order) if len(order) > 1 else (lambda s: (s[order[0]],))
+    run, fixed, pick = recipe.runner, recipe.fixed, recipe.pick
+    identity = recipe.order == list(range(len(dynamic) + 1)) and not fixed
 
     if identity and len(dynamic) == 1:      # one tensor in, the output: relu, softmax, pools, ...
         (i,) = dynamic

@@ -35,14 +35,16 @@ def _sources(args: tuple, kwargs: dict) -> list[int]:
 
 
 class Recipe:
-    """A runner and how its pointers follow from a call's tensor addresses: `order` picks from the call's
-    sources + `fixed`. `sources`: the addresses of the call it was learnt from."""
-    __slots__ = ("runner", "sources", "fixed", "pick")
+    """A runner and how its pointers follow from a call's tensor addresses: `order` picks each from the call's
+    sources + `fixed` (the pointers that are none of them). `sources`: the addresses of the call it was learnt
+    from. The torch.library ops' prepared calls (prepared.py) use it too."""
+    __slots__ = ("runner", "sources", "fixed", "order", "pick")
 
     def __init__(self, runner: Callable, sources: list[int], pointers: tuple):
         self.runner, self.sources = runner, sources
         self.fixed = [p for p in pointers if p not in sources]
-        order = [sources.index(p) if p in sources else len(sources) + self.fixed.index(p) for p in pointers]
+        self.order = order = [sources.index(p) if p in sources else len(sources) + self.fixed.index(p)
+                              for p in pointers]
         if len(order) > 1:
             self.pick = itemgetter(*order)
         else:

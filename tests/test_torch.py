@@ -30,6 +30,7 @@ CASES = [
     ("avg_pool2d", lambda t: (t(2, 3, 33, 33), [3, 3], [2, 2]), (2, 3, 16, 16)),
     ("global_max_pool2d", lambda t: (t(2, 3, 7, 7),), (2, 3, 1, 1)),
     ("global_avg_pool2d", lambda t: (t(2, 3, 7, 7),), (2, 3, 1, 1)),
+    ("attention", lambda t: (t(2, 3, 33, 16), t(2, 3, 41, 16), t(2, 3, 41, 16)), (2, 3, 33, 16)),
 ]
 # the products: (op, args, output shape, K: the length of each dot product, for the tolerance)
 PRODUCTS = [
@@ -121,7 +122,8 @@ def _reference(op, args):
             "batch_norm": lambda: F.batch_norm(a[0], a[1], a[2], a[3], a[4], False, 0.1, a[5]),
             "max_pool2d": lambda: F.max_pool2d(a[0], a[1]), "avg_pool2d": lambda: F.avg_pool2d(a[0], a[1], a[2]),
             "global_max_pool2d": lambda: a[0].amax((2, 3), keepdim=True),
-            "global_avg_pool2d": lambda: a[0].mean((2, 3), keepdim=True)}[op]()
+            "global_avg_pool2d": lambda: a[0].mean((2, 3), keepdim=True),
+            "attention": lambda: F.scaled_dot_product_attention(a[0], a[1], a[2])}[op]()
 
 
 @pytest.mark.gpu

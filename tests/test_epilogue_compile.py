@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -84,3 +85,27 @@ def test_without_an_epilogue_no_kernel_has_the_parameter():
         for p in problems:
             for spec in family.default_plan(p, make_config().snapshot(), t).specs:
                 assert "epilogue" not in dict(spec.params) and "cj_epi" not in pipeline.source(spec)
+
+
+def test_the_wgmma_register_epilogue_takes_what_it_can():
+    """float32 C along Q (A @ W^T, P = A) with per-column / per-row / scalar operands runs the expression on the
+    accumulators (store_regs: no staging buffer in shared memory); c, an output-shaped operand or D = C^T (A @ B)
+    stage through shared memory. The register variants compile for sm_90a without spills."""
+    t, cfg = named("sm_90"), make_config(enable_tensor_core=True).snapshot()
+    regs = epilogue.make_key(parse_epilogue("silu(acc * s + bias) + t * rows"),
+                             {"s": "scalar", "bias": "per_column", "t": "scalar", "rows": "per_row"})
+    cases = [(gemm_plans.packed("float32", 4096, 3072, 768, trans_b=True), regs, cfg, True),
+             (gemm_plans.packed("float32", 511, 403, 129, trans_b=True, aligned=False), regs,
+              make_config(precision="3xtf32").snapshot(), True),
+             (gemm_plans.packed("float32", 256, 200, 96, trans_b=True), KEY, cfg, False),
+             (gemm_plans.packed("float32", 256, 200, 96), regs, cfg, False)]
+    specs = []
+    for p, key, c, expect in cases:
+        problem = dataclasses.replace(p, epilogue=key)
+        spec = next(s for s in gemm_plans.FAMILY.default_plan(problem, c, t).specs if "wgmma" in s.name)
+        src = pipeline.source(spec)
+        assert ("cj_epi.pair_from(" in src, "wbuf" in src) == (expect, not expect), spec.name
+        specs += [spec] if expect else []
+    with ThreadPoolExecutor(2) as pool:
+        for spec, (cubin, info) in zip(specs, pool.map(lambda s: pipeline.build(s, t.arch, persistent=False), specs)):
+            assert cubin[:4] == b"\x7fELF" and info.spill_bytes == 0, f"{spec.name} spills {info.spill_bytes} B"

@@ -125,7 +125,8 @@ def _explicit(rng, consumers, qn, trans_b):
     g.set_epilogue(EVERY, **{name: cuopjit.tensor(v) for name, v in host.items()})
     A, out, numbers = cuopjit.tensor(a), guarded((m, n)), {"s": 0.5, "t": 2.0}
     target = of_device(driver.current_ordinal())
-    choice = gw.WgmmaChoice(consumers, qn, gw.stages_for(consumers, qn, False, target, staged=True))
+    choice = gw.WgmmaChoice(consumers, qn, gw.stages_for(consumers, qn, False, target,
+                                                         extra=gw.staging_bytes(consumers, qn)))
     plan = gw.plan(g.problem(A, out, **numbers), choice, target)
     env = {"acc": 1.5 * a.astype(np.float64) @ (w.T if trans_b else w).astype(np.float64), **numbers,
            **{name: v.astype(np.float64) for name, v in host.items()}}

@@ -9,10 +9,11 @@ these loads. Only math builtins NVRTC declares without headers are used.
 Semantics (the NumPy reference in numpy_eval.py follows them): relu(x) = x < 0 ? 0 : x (NaN stays
 NaN, relu(-0) = -0); min/max/clamp propagate NaN like torch.minimum/maximum/clamp (fminf/fmaxf would
 drop it), clamp(x, lo, hi) = min(max(x, lo), hi); gelu(x) = x/2 * erfc(-x/sqrt(2)) in double (the erf
-form, accurate for negative x) and x/2 * (1 + erf(x/sqrt(2))) in float (PyTorch's CUDA formula: erff costs half
-the instructions of erfcf, which decided fused GEMMs' speed; absolute error within |x| * 2^-23); gelu_tanh,
-silu = x / (1 + exp(-x)), sigmoid = 1 / (1 + exp(-x)) by their formulas in double. In float the three are one
-ex2.approx and one rcp.approx each (7, 5 and 5 instructions instead of 25-35 with tanhf, expf and IEEE division,
+form, accurate for negative x) and x * Phi(x) in float with the normal tail Phi(-|x|) = 2^-p(|x|), p a fitted
+polynomial (tools/fit_gelu.py; 8 fma and one ex2.approx: fused GEMMs pay it per output; absolute error within
+|x| * 2^-22 with ex2.approx's 2 ulp, erff's formula 2^-23; -0 below -6, where 1 + erf already rounded to 0);
+gelu_tanh, silu = x / (1 + exp(-x)), sigmoid = 1 / (1 + exp(-x)) by their formulas in double. In float the three
+are one ex2.approx and one rcp.approx each (7, 5 and 5 instructions instead of 25-35 with tanhf, expf and IEEE division,
 which an unrolled epilogue pays per output): silu and sigmoid as x / (1 + 2^(-x log2 e)), gelu_tanh as its equal
 x / (1 + exp(-2u)), u = sqrt(2/pi) (x + k x^3) (no cancellation for negative x, unlike 1 + tanh(u)). Error: ex2.approx
 2 ulp of its result plus the rounding of its argument a (|a| 2^-24 relative), the division 2 ulp: at most (4 + |a|)
@@ -50,21 +51,20 @@ _HELPERS = {  # called as cj_<name>(...); parameters are FUNCTIONS[name], each o
     "max": "return (a != a || b != b) ? a + b : {fmax}(a, b);",
     "clamp": "return cj_min(cj_max(x, lo), hi);",
 }
-# float's own: gelu by erf, and erf as CUDA's erff (its coefficients) without erff's branch, which cost an
-# unrolled GEMM epilogue its registers (a 128-register SIMT kernel spilled).
-_ERF_BIG = [0x388e49b7, 0xba73c723, 0x3be3e044, 0xbd19b6f7, 0x3e2072ab, 0x3f6a18f3, 0x3f20f3eb]
-_ERF_SMALL = [0x388d8e09, 0xba487a7d, 0x3ba886c1, 0xbcdbc4cf, 0x3de712bb, 0xbec09388, 0x3e0375d4]
+# float's own gelu: x * Phi(x) with Phi(-|x|) = 2^-p(|x|), p of degree 8 fitted on [0, 6] (tools/fit_gelu.py; 0 past
+# 6, where Phi(-6) < 2^-29): 8 fma and one ex2.approx, half the instructions of erf's two polynomials, which a fused
+# GEMM's epilogue paid per output while the tensor cores waited.
+_GELU_TAIL = [0xb63a0ac4, 0x3821ff44, 0xb93f6d67, 0xb918ecad, 0x3be7d901, 0xbd570f7a, 0xbeeb1ce8, 0xbf93576f,
+              0xbf800000]
 def _poly(var: str, t: str, coefs: list[int]) -> str:
     return (f"float {var} = __int_as_float(0x{coefs[0]:x}); "
             + "".join(f"{var} = fmaf({var}, {t}, __int_as_float(0x{c:x})); " for c in coefs[1:]))
 
 
-_FLOAT_HELPERS = {   # both polynomials with immediate coefficients: selecting between two sets held 14 registers
-    "erf": ("const float a = fabsf(x), s = x * x; " + _poly("rb", "a", _ERF_BIG) + _poly("rs", "s", _ERF_SMALL)
-            + "const bool big = a >= __int_as_float(0x3f807b28); const float p = fmaf(big ? rb : rs, x, x); float e; "
-              "asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(e) : \"f\"(-fabsf(p))); "
-              "return big ? copysignf(1.f - e, x) : p;").replace("{", "{{").replace("}", "}}"),
-    "gelu": "return {half} * x * ({one} + cj_erf(x * {sqrt1_2}));",
+_FLOAT_HELPERS = {   # coefficients as immediates (a table held registers: an unrolled SIMT epilogue spilled)
+    "gelu": ("const float a = fabsf(x); " + _poly("p", "a", _GELU_TAIL)
+             + "float q; asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(q) : \"f\"(p)); q = a < 6.f ? q : 0.f; "
+               "return x * (x < 0.f ? q : 1.f - q);").replace("{", "{{").replace("}", "}}"),
     # x / (1 + 2^e): ex2.approx and rcp.approx (__fdividef); a denominator past 2^126 gives -0 (as x / inf)
     "exp2_ratio": "float t; asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(t) : \"f\"(e)); "
                   "return __fdividef(x, 1.f + t);".replace("{", "{{").replace("}", "}}"),
@@ -72,8 +72,8 @@ _FLOAT_HELPERS = {   # both polynomials with immediate coefficients: selecting b
     "sigmoid": "return cj_exp2_ratio({one}, x * {m_log2e});",
     "gelu_tanh": "return cj_exp2_ratio(x, x * fmaf(x * x, {m2k_log2e}, {m2_log2e}));",   # -2u log2 e
 }
-_HELPER_PARAMS = {"erf": ("x",), "exp2_ratio": ("x", "e")}
-_NEEDS = {"clamp": ("min", "max"), "gelu": ("erf",)}
+_HELPER_PARAMS = {"exp2_ratio": ("x", "e")}
+_NEEDS = {"clamp": ("min", "max")}
 _FLOAT_NEEDS = {"silu": ("exp2_ratio",), "sigmoid": ("exp2_ratio",), "gelu_tanh": ("exp2_ratio",)}
 _SIMPLE = re.compile(r"[A-Za-z_]\w*(\[[^\[\]]*\])?")
 

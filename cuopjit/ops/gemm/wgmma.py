@@ -156,12 +156,33 @@ def staging_bytes(consumers: int, qn: int) -> int:
     return 4 * consumers * 16 * (min(32, qn) + 8) * 4
 
 
-def smem_bytes(consumers: int, qn: int, stages: int, split: bool, staged: bool = False) -> int:
+def staging(problem, split: bool = False) -> bool:
+    """Whether the problem's user epilogue stores through shared memory (wgmma_store.cuh.jinja's staged runs): all
+    but a float32 C written row by row (P = A) with neither output-shaped operands nor c, which goes straight from
+    the accumulators (store_regs)."""
+    if not problem.epilogue:
+        return False
+    p_is_a = split or layout(problem.trans_a, problem.trans_b, problem.dtype)[0]
+    code = epilogue.code(problem.epilogue, "float")
+    return not p_is_a or problem.dtype in HALVES or code.reads_c or "full" in code.operands
+
+
+def epilogue_bytes(problem, consumers: int, qn: int, split: bool = False) -> int:
+    """Shared memory past the maps a user epilogue takes: the staging of its runs, or (store_regs) two copies per
+    consumer warpgroup of its tile's per-column (qn) and per-row (64) operand values, loaded during the k-loop."""
+    if problem is None or not problem.epilogue:
+        return 0
+    if staging(problem, split):
+        return staging_bytes(consumers, qn)
+    kinds = epilogue.kinds_of(problem.epilogue)
+    return 2 * consumers * (kinds.count("per_column") * qn + kinds.count("per_row") * 64) * 4
+
+
+def smem_bytes(consumers: int, qn: int, stages: int, split: bool, extra: int = 0) -> int:
     """Dynamic shared memory: stages of (P, Q) k-tiles (3xTF32: hi and lo of each), barriers, maps, alignment;
-    `staged`: a user epilogue's staging too."""
+    `extra`: a user epilogue's bytes (epilogue_bytes)."""
     parts = 2 if split else 1
-    return (stages * parts * (64 * consumers + qn) * BK * 4 + 16 * stages + 2 * parts * 128 + 128 + 1024
-            + (staging_bytes(consumers, qn) if staged else 0))
+    return (stages * parts * (64 * consumers + qn) * BK * 4 + 16 * stages + 2 * parts * 128 + 128 + 1024 + extra)
 
 
 def smem_limit(target: Target, per_sm: int) -> int:
@@ -169,10 +190,11 @@ def smem_limit(target: Target, per_sm: int) -> int:
     return target.smem_per_block if per_sm == 1 else target.smem_per_sm // per_sm - 1024
 
 
-def stages_for(consumers: int, qn: int, split: bool, target: Target, per_sm: int = 1, staged: bool = False) -> int:
-    """As many stages as fit in one block's shared memory (at most MAX_STAGES), beside a user epilogue's staging."""
+def stages_for(consumers: int, qn: int, split: bool, target: Target, per_sm: int = 1, extra: int = 0) -> int:
+    """As many stages as fit in one block's shared memory (at most MAX_STAGES), beside a user epilogue's `extra`
+    bytes."""
     fit = [s for s in range(2, MAX_STAGES + 1)
-           if smem_bytes(consumers, qn, s, split, staged) <= smem_limit(target, per_sm)]
+           if smem_bytes(consumers, qn, s, split, extra) <= smem_limit(target, per_sm)]
     if not fit:
         raise ValueError(f"GEMM wgmma tile {64 * consumers}x{qn} does not fit {target.arch}'s shared memory: "
                          "choose a smaller tile_size")
@@ -214,8 +236,7 @@ def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
                          f"K x N (instructions of whole {box}-element boxes): choose tile_size 0, 64 or 128")
     switches = {"split": split, "unroll": cfg.enable_loop_unroll, "opts": pipeline.compile_opts(cfg),
                 "bk": bk(problem.dtype)}
-    staged = bool(problem.epilogue)
-    made = [build(c, q, target, staged=staged, ni=cfg.tile_size if cfg.tile_size < q else 0, **switches)
+    made = [build(c, q, target, problem=problem, ni=cfg.tile_size if cfg.tile_size < q else 0, **switches)
             for c, q in pairs]
     order = wgmma_tiles.ranked([(b.consumers, b.qn, b.per_sm) for b in made],
                                lambda c, q: tiles(problem, c, q, split), cdiv(problem.k, bk(problem.dtype)), split,
@@ -225,18 +246,19 @@ def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
         found = found[:1]
     head = found[0]
     if head.per_sm == 2:    # one block per SM is a tuning candidate too
+        extra = epilogue_bytes(problem, head.consumers, head.qn, split)
         found.append(dataclasses.replace(head, per_sm=1, stages=stages_for(head.consumers, head.qn, split, target,
-                                                                           staged=staged)))
+                                                                           extra=extra)))
     if target.clusters and not half:     # the Q tile multicast over a pair of blocks: a candidate (measured no gain)
         found.append(dataclasses.replace(head, cluster=2))
     return found
 
 
-def build(consumers: int, qn: int, target: Target, split: bool, staged: bool = False, **switches) -> WgmmaChoice:
+def build(consumers: int, qn: int, target: Target, split: bool, problem=None, **switches) -> WgmmaChoice:
     """The heuristic's build of a (consumers, qn) tile: two blocks per SM with one TF32 consumer up to 128 wide
     (the whole kernel then fits the 128-register cap of two 256-thread blocks), as many stages as fit."""
     per_sm = 2 if consumers == 1 and qn <= 128 and not split else 1
-    stages = stages_for(consumers, qn, split, target, per_sm, staged)
+    stages = stages_for(consumers, qn, split, target, per_sm, epilogue_bytes(problem, consumers, qn, split))
     return WgmmaChoice(consumers, qn, stages, split=split, per_sm=per_sm, **switches)
 
 
@@ -294,7 +316,8 @@ def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
     maps = grid * MAP_BYTES * (2 if choice.split else 1)
     scalars = (scalar("float32", problem.alpha), scalar("float32", problem.beta))
     cl = (choice.cluster, 1, 1)
-    shared = smem_bytes(choice.consumers, choice.qn, choice.stages, choice.split, bool(problem.epilogue))
+    shared = smem_bytes(choice.consumers, choice.qn, choice.stages, choice.split,
+                        epilogue_bytes(problem, choice.consumers, choice.qn, choice.split))
     if shared > smem_limit(target, choice.per_sm):
         raise ValueError(f"GEMM wgmma {choice.label} with an epilogue needs {shared} bytes of shared memory, more than "
                          f"{target.arch} gives a block: take the choice the heuristic makes for the fused problem")

@@ -4,13 +4,16 @@ The layers (stem 7x7/2, the bottlenecks' 1x1 and 3x3, the 3x3/2 and 1x1/2 downsa
 BatchNorm follows each), at batch 32 and 1. torch runs channels_last (cuDNN's fast layout, benchmark mode);
 cuopjit runs `--layout` (nhwc: channels_last tensors in and out; nchw: contiguous). Modes: "fp32" (cuopjit's
 exact kernels vs cuDNN with TF32 off), "tf32" (enable_tensor_core=True vs cuDNN with TF32 on) and "3xtf32"
-(precision="3xtf32" vs cuDNN fp32). Kernel time: tensors are wrapped once, the weight set once; each timing is
+(precision="3xtf32" vs cuDNN fp32); `--dtype float16,bfloat16` adds (or, without --modes, runs only) the 16-bit
+modes: Convolution2DHalf / BFloat16 vs cuDNN on half / bfloat16 channels_last tensors (a ratio chart per mode,
+`<out>.png`). Kernel time: tensors are wrapped once, the weight set once; each timing is
 the median of CUDA-event batches, cuopjit and torch alternating (benchmarks/mb_common.py `time_pair`); errors
 are against torch float64 on the first image. Every kernel is compiled first, in parallel. `--choices` also
 times every candidate of the family (what auto-tuning compares) and reports the heuristic's pick against the
 fastest; `--once` only runs each forward three times (for ncu / compute-sanitizer).
 
-    python benchmarks/conv2d_resnet50.py [--batch 32,1] [--modes fp32,tf32,3xtf32] [--layout nhwc|nchw]
+    python benchmarks/conv2d_resnet50.py [--batch 32,1] [--modes fp32,tf32,3xtf32] [--dtype float16,bfloat16]
+                                         [--layout nhwc|nchw]
                                          [--only 3,17] [--choices] [--once] [--out benchmarks/results/...json]
 """
 from __future__ import annotations
@@ -30,7 +33,7 @@ from cuopjit.ops.conv2d.problem import ConvPlan  # noqa: E402
 from cuopjit.run import executor  # noqa: E402
 from cuopjit.target import of_device  # noqa: E402
 from mb_common import time_ms, time_pair  # noqa: E402
-from results_io import require_gpu, save_json  # noqa: E402
+from results_io import ratio_panels, require_gpu, save_json  # noqa: E402
 
 # (C, H, W, K, kernel, stride, pad): torchvision resnet50 (v1.5: stride on the 3x3), in network order
 LAYERS = [(3, 224, 224, 64, 7, 2, 3),
@@ -41,7 +44,8 @@ LAYERS = [(3, 224, 224, 64, 7, 2, 3),
           (512, 28, 28, 1024, 1, 2, 0), (1024, 14, 14, 256, 1, 1, 0), (256, 14, 14, 256, 3, 1, 1),
           (1024, 14, 14, 512, 1, 1, 0), (512, 14, 14, 512, 3, 2, 1), (512, 7, 7, 2048, 1, 1, 0),
           (1024, 14, 14, 2048, 1, 2, 0), (2048, 7, 7, 512, 1, 1, 0), (512, 7, 7, 512, 3, 1, 1)]
-MODES = ("fp32", "tf32", "3xtf32")
+MODES = ("fp32", "tf32", "3xtf32", "float16", "bfloat16")
+HALVES = {"float16": ("Half", "float16"), "bfloat16": ("BFloat16", "bfloat16")}   # class suffix, torch dtype
 
 
 def name(layer: tuple) -> str:
@@ -62,14 +66,16 @@ def setup(layer: tuple, batch: int, mode: str, nhwc: bool) -> dict:
     import torch
     c, h, w, k, r, s, p = layer
     fmt = torch.channels_last
-    x = torch.randn(batch, c, h, w, device="cuda").to(memory_format=fmt)
-    wt = (torch.randn(k, c, r, r, device="cuda") / math.sqrt(c * r * r)).to(memory_format=fmt)
-    conv = cuopjit.Convolution2DFloat(c, k, r, r, s, s, pad_h=p, pad_w=p)
+    suffix, dt = HALVES.get(mode, ("Float", "float32"))
+    dt = getattr(torch, dt)
+    x = torch.randn(batch, c, h, w, device="cuda").to(dtype=dt, memory_format=fmt)
+    wt = (torch.randn(k, c, r, r, device="cuda") / math.sqrt(c * r * r)).to(dtype=dt, memory_format=fmt)
+    conv = getattr(cuopjit, "Convolution2D" + suffix)(c, k, r, r, s, s, pad_h=p, pad_w=p)
     conv.set_weight(cuopjit.tensor(wt.contiguous()))
     out = conv.output_shape((batch, c, h, w))
-    y = torch.full(out, float("nan"), device="cuda")
+    y = torch.full(out, float("nan"), device="cuda", dtype=dt)
     xs, ys = (x, y.to(memory_format=fmt)) if nhwc else (x.contiguous(), y)
-    op = cuopjit.JITConvolution2DFloat(conv)
+    op = getattr(cuopjit, "JITConvolution2D" + suffix)(conv)
     op.set_jit_config(config(mode))
     args = (cuopjit.tensor(xs), cuopjit.tensor(ys))
     return {"x": x, "w": wt, "y": ys, "op": op, "args": args, "keep": (xs,)}
@@ -158,19 +164,27 @@ def geomean(values: list[float]) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--batch", default="32,1")
-    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--modes", default="")
+    p.add_argument("--dtype", default="", help="float16,bfloat16: the 16-bit modes")
     p.add_argument("--layout", default="nhwc", choices=("nhwc", "nchw"))
     p.add_argument("--only", default="", help="comma list of layer indices (0-22)")
     p.add_argument("--choices", action="store_true", help="also time every candidate (heuristic vs tuned)")
     p.add_argument("--once", action="store_true", help="run each forward 3 times, no timing (profilers)")
-    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                                  "conv2d_resnet50.json"))
+    p.add_argument("--out", default=None, help="JSON path (default results/conv2d_resnet50.json, with --dtype alone "
+                                                "results/conv2d_resnet50_half.json)")
     a = p.parse_args()
+    a.out = a.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                  "conv2d_resnet50_half.json" if a.dtype and not a.modes else "conv2d_resnet50.json")
     require_gpu("benchmarks/conv2d_resnet50.py")
     import torch
     torch.backends.cudnn.benchmark = True
     picked = [int(i) for i in a.only.split(",")] if a.only else list(range(len(LAYERS)))
-    todo = [(i, bt, m) for bt in map(int, a.batch.split(",")) for m in a.modes.split(",") for i in picked
+    modes = ([m for m in a.modes.split(",") if m] or ([] if a.dtype else list(MODES[:3]))) + \
+        [d for d in a.dtype.split(",") if d]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        p.error(f"unknown mode / dtype {', '.join(unknown)}: choose from {', '.join(MODES)}")
+    todo = [(i, bt, m) for bt in map(int, a.batch.split(",")) for m in modes for i in picked
             if not (bt == 1 and m == "3xtf32")]
     rows = []
     for batch in sorted({t[1] for t in todo}, reverse=True):
@@ -198,6 +212,11 @@ def main() -> None:
                       f"max {max(got):.3f}x  ({len(got)} layers)")
     save_json(a.out, {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "layout": a.layout,
                       "cudnn": torch.backends.cudnn.version(), "rows": rows, "summary": summary}, gpu=True)
+    top = max(r["batch"] for r in rows)
+    ratio_panels(os.path.splitext(a.out)[0] + ".png", [name(LAYERS[i]) for i in picked],
+                 {m: [next((r["ratio"] for r in rows if r["index"] == i and r["mode"] == m and r["batch"] == top), None)
+                      for i in picked] for m in modes}, "cuDNN ms / cuopjit ms",
+                 f"Conv2D, ResNet-50 layers, batch {top}, {a.layout}")
 
 
 if __name__ == "__main__":

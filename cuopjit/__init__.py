@@ -29,6 +29,8 @@ from .jit import (JITBatchMatMulBFloat16, JITBatchMatMulHalf, JITGemmBFloat16, J
                   JITMatMulHalf)
 from .ops import AttentionBFloat16, AttentionDouble, AttentionFloat, AttentionHalf
 from .jit import JITAttentionBFloat16, JITAttentionDouble, JITAttentionFloat, JITAttentionHalf
+from .ops import Convolution2DBFloat16, Convolution2DHalf
+from .jit import JITConvolution2DBFloat16, JITConvolution2DHalf
 from .device.memory import empty_cache, memory_context, memory_stats, reset_peak_memory_stats, set_memory_fraction
 from .explain import explain
 from .listing import show
@@ -87,4 +89,5 @@ __all__ = [
     "JITMatMulBFloat16", "BatchMatMulHalf", "BatchMatMulBFloat16", "JITBatchMatMulHalf", "JITBatchMatMulBFloat16",
     "AttentionFloat", "AttentionDouble", "JITAttentionFloat", "JITAttentionDouble", "AttentionHalf", "AttentionBFloat16",
     "JITAttentionHalf", "JITAttentionBFloat16",
+    "Convolution2DHalf", "Convolution2DBFloat16", "JITConvolution2DHalf", "JITConvolution2DBFloat16",
 ]

@@ -26,6 +26,7 @@ from .ops import GemvBFloat16, GemvHalf
 from .ops import (BatchMatMulBFloat16, BatchMatMulHalf, GemmBFloat16, GemmHalf, MatMulBFloat16,
                   MatMulHalf)
 from .ops import AttentionBFloat16, AttentionDouble, AttentionFloat, AttentionHalf
+from .ops import Convolution2DBFloat16, Convolution2DHalf
 from .ops.base import Operator
 from .operands import call_key, operands, resolve
 from .interop import READERS
@@ -251,3 +252,5 @@ JITAttentionFloat = _wrapper(AttentionFloat)
 JITAttentionDouble = _wrapper(AttentionDouble)
 JITAttentionHalf = _wrapper(AttentionHalf)
 JITAttentionBFloat16 = _wrapper(AttentionBFloat16)
+JITConvolution2DHalf = _wrapper(Convolution2DHalf)
+JITConvolution2DBFloat16 = _wrapper(Convolution2DBFloat16)

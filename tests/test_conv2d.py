@@ -27,11 +27,12 @@ EXTRA = [{}, {"enable_tensor_core": True}, {"enable_loop_unroll": False}, {"enab
          "tile_size": 128, "block_size": 512}, {"tile_size": 32, "block_size": 1024}, {"precision": "3xtf32"},
          {"precision": "3xtf32", "tile_size": 64, "block_size": 128}]
 _COMPILED: set = set()
+WIDE = [p for p in ck.problems() if p.dtype in ("float32", "float64")]     # the 16-bit ones: test_conv2d_half.py
 
 
 def _specs(fields: dict, t, problems=None) -> list:
     cfg = make_config(**fields).snapshot()
-    return [spec for p in problems or ck.problems() if p.dtype == "float32" or "precision" not in fields
+    return [spec for p in problems or WIDE if p.dtype == "float32" or "precision" not in fields
             for spec in ck.FAMILY.default_plan(p, cfg, t).specs]
 
 
@@ -42,7 +43,7 @@ def test_every_variant_compiles_without_spills(arch):
     configs = EXTRA if arch == "sm_90a" else [{}, {"enable_tensor_core": True}, SEED_CONFIGS[-1]]
     specs = [s for fields in configs for s in _specs(fields, t)]
     if arch == "sm_90a":   # the seed configurations on the layers whose code differs most (chunk / flat, f64)
-        specs += [s for fields in SEED_CONFIGS for s in _specs(fields, t, ck.problems()[::3])]
+        specs += [s for fields in SEED_CONFIGS for s in _specs(fields, t, WIDE[::3])]
     specs = dict.fromkeys(specs)
     for spec in specs:
         if (spec, arch) in _COMPILED:
@@ -54,8 +55,8 @@ def test_every_variant_compiles_without_spills(arch):
 
 def test_problems_cover_both_dtypes_both_k_orders_and_the_direct_kernel():
     cfg = make_config().snapshot()
-    names = [s.name for p in ck.problems() for s in ck.FAMILY.default_plan(p, cfg, SM90).specs]
-    assert {p.dtype for p in ck.problems()} == {"float32", "float64"}
+    names = [s.name for p in WIDE for s in ck.FAMILY.default_plan(p, cfg, SM90).specs]
+    assert {p.dtype for p in ck.problems()} == {"float32", "float64", "float16", "bfloat16"}
     assert any("_chunk_" in n for n in names) and any("_flat_" in n for n in names)
     assert any(n.startswith("conv2d_direct") for n in names)
 

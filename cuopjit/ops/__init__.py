@@ -25,6 +25,7 @@ from .gemm.matmul import BatchMatMulBFloat16, BatchMatMulHalf, MatMulBFloat16, M
 from .gemm.symm import SymmDouble, SymmFloat
 from .gemm.trsm import TrsmDouble, TrsmFloat
 from .conv2d.operator import Convolution2DDouble, Convolution2DFloat
+from .conv2d.operator import Convolution2DBFloat16, Convolution2DHalf
 from .elementwise.custom import ElementwiseBFloat16, ElementwiseDouble, ElementwiseFloat, ElementwiseHalf
 from .batchnorm_fold import fold_batchnorm
 from .attention.operator import AttentionBFloat16, AttentionDouble, AttentionFloat, AttentionHalf
@@ -76,6 +77,7 @@ HALF_CLASSES: dict[str, tuple[type[Operator], type[Operator]]] = {
     "elementwise": (ElementwiseHalf, ElementwiseBFloat16),
     "gemv": (GemvHalf, GemvBFloat16),
     "attention": (AttentionHalf, AttentionBFloat16),
+    "conv2d": (Convolution2DHalf, Convolution2DBFloat16),
 }
 CLASSES: dict[str, dict[str, type[Operator]]] = {
     op: {cls.dtype.name: cls for cls in (*classes, *HALF_CLASSES.get(op, ()))} for op, classes in FAMILIES.items()}

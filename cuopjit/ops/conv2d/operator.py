@@ -1,4 +1,5 @@
-"""Convolution2DFloat / Convolution2DDouble: 2-D convolution of NCHW or channels_last tensors (cuOP `Convolution2DFloat`).
+"""Convolution2DFloat / Double / Half / BFloat16: 2-D convolution of NCHW or channels_last tensors (cuOP
+`Convolution2DFloat`; float16 / bfloat16 read exactly, products and sums in float32, y rounded once).
 
 `Convolution2DFloat(in_channels, out_channels, kernel_h, kernel_w, stride_h=1, stride_w=1,
 dilation_h=1, dilation_w=1, groups=1, relu=False, pad_h=0, pad_w=0)`; `set_weight(W)` with W of
@@ -39,7 +40,7 @@ from ...target import Target
 from ...tensor import Tensor
 from . import packing, plans as conv2d_plans
 from .problem import ConvPlan
-from ..base import Operator, typed
+from ..base import HALF_DTYPES, Operator, typed
 from ..epilogue_operator import Fusable
 from ..params import plan_setting
 
@@ -241,5 +242,6 @@ class Convolution2D(Fusable, Operator):
 
 
 Convolution2DFloat, Convolution2DDouble = typed(Convolution2D, "Convolution2D", "2-D convolution")
+Convolution2DHalf, Convolution2DBFloat16 = typed(Convolution2D, "Convolution2D", "2-D convolution", HALF_DTYPES)
 
 

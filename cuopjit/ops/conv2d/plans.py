@@ -39,11 +39,20 @@ each JITConfig field changes the code:
     enable_shared_memory_opt  implicit GEMM: shared-memory row padding on/off; direct kernel: ignored
 optimization_level and max_registers reach NVRTC.
 
+float16 / bfloat16 (read exactly, products and sums in float32, y rounded once on store): on sm_90 the wgmma
+kernel in f16 / bf16 where it applies, pointwise channels_last layers on the GEMM family's f16 / bf16 kernels;
+the C = 3 stem there with its window's columns folded into the channels (fold.py); elsewhere (sm_80 / sm_89,
+layers wgmma does not take) the implicit GEMM with 16-bit loads into
+float32 shared memory and TF32 mma.sync, exact on 16-bit operands ("auto"; "simple": SIMT), no k-slices (their
+partial sums would round); depthwise layers on the direct kernel (float32 FMAs). precision "3xtf32" raises.
+
 A user epilogue (ConvProblem.epilogue, cuopjit/ops/epilogue.py; bias and relu are then off) replaces bias and
 ReLU where each kernel stores y: its operands follow x, weight, bias, y, then comes the workspace; an
 output-shaped operand has y's layout.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -52,9 +61,9 @@ from ...config import ConfigSnapshot
 from ...run.plan import Family, KernelLaunch, Plan, i32, i64, ptr
 from ...target import Target
 from .. import epilogue
-from ..base import cdiv, dtype_tag, scalar_t, vector_width
+from ..base import HALF_DTYPES, cdiv, dtype_tag, scalar_t, storage_t, vector_width
 from ..gemm.plans import uses_tensor_cores
-from . import gemm_route, implicit, splitk, wgmma as conv2d_wgmma
+from . import fold, gemm_route, implicit, splitk, wgmma as conv2d_wgmma
 from .implicit import k_order
 from .problem import ConvChoice, ConvPlan, ConvProblem, problems
 from .shapes import TILES, why_not
@@ -65,7 +74,15 @@ DIRECT_OPT = 4            # adjacent outputs per thread of the direct kernel
 FEW_TILES = 0.25          # a wgmma grid of fewer tiles than this many per SM yields to the k-sliced mma.sync kernel
 _PAD = {("float32", False): 4, ("float64", False): 2, ("float32", True): 8, ("float64", True): 4}
 UNITS = {("float32", False): "FP32 cores (SIMT)", ("float64", False): "FP64 cores (SIMT)",
-         ("float32", True): "TF32 tensor cores (mma.sync)", ("float64", True): "FP64 tensor cores (DMMA mma.sync)"}
+         ("float32", True): "TF32 tensor cores (mma.sync)", ("float64", True): "FP64 tensor cores (DMMA mma.sync)",
+         ("float16", False): "FP32 cores (SIMT, float16 operands)", ("bfloat16", False): "FP32 cores (SIMT, bfloat16 operands)",
+         ("float16", True): "TF32 tensor cores (mma.sync, exact on float16)",
+         ("bfloat16", True): "TF32 tensor cores (mma.sync, exact on bfloat16)"}
+
+
+def computed(problem: ConvProblem) -> ConvProblem:
+    """The problem the implicit GEMM's shapes are chosen for: float32 for the 16-bit types (float32 shared memory)."""
+    return dataclasses.replace(problem, dtype="float32") if problem.dtype in HALF_DTYPES else problem
 
 
 def choices(problem: ConvProblem, cfg: ConfigSnapshot, target: Target) -> list:
@@ -98,12 +115,13 @@ def _convolution_leads(problem: ConvProblem, cfg: ConfigSnapshot, target: Target
 
 def _conv_choices(problem: ConvProblem, cfg: ConfigSnapshot, target: Target) -> list:
     """The convolution kernels' choices (the wgmma kernel's, the direct kernel's or the implicit GEMM's)."""
-    if problem.dtype not in ("float32", "float64"):
-        raise TypeError(f"Convolution2D supports float32 and float64, not {problem.dtype}")
+    if problem.dtype not in ("float32", "float64", *HALF_DTYPES):
+        raise TypeError(f"Convolution2D supports float32, float64, float16 and bfloat16, not {problem.dtype}")
     precision = getattr(cfg, "precision", "tf32")
-    if problem.dtype == "float64" and precision != "tf32":
-        raise ValueError(f"Convolution2D precision={precision!r} applies to float32 tensor-core products; float64 "
-                         "is exact on every kernel: leave precision='tf32' (the default)")
+    if problem.dtype != "float32" and precision != "tf32":
+        raise ValueError(f"Convolution2D precision={precision!r} applies to float32 tensor-core products; "
+                         f"{problem.dtype} is exact on every kernel: leave precision='tf32' (the default)")
+    half = problem.dtype in HALF_DTYPES
     split = precision == "3xtf32" and cfg.kernel_type != "simple"
     mma = uses_tensor_cores(cfg.kernel_type, cfg.enable_tensor_core, problem.dtype, "Convolution2D") or split
     if cfg.tile_size not in (0, *TILES):
@@ -115,13 +133,26 @@ def _conv_choices(problem: ConvProblem, cfg: ConfigSnapshot, target: Target) -> 
         if cfg.tile_size or cfg.block_size or conv2d_wgmma.tiles(problem, found[0]) >= FEW_TILES * target.sm_count:
             return found
         # A handful of persistent tiles (batch 1, small images): the mma.sync kernel's k-slices fill the GPU.
+        if half:            # no k-slices in 16 bits
+            return found + _implicit(problem, cfg, target, True, split)
         sliced = implicit.choices(problem, cfg, target, True, split)
         return sliced + found if sliced[0].split_k > 1 else found + sliced
+    if (wgmma and problem.kg >= DIRECT_BELOW and conv2d_wgmma.why_not(problem, target, fold=True) is None
+            and cfg.tile_size in (0, 64, 128) and cfg.block_size in conv2d_wgmma.BLOCKS):   # the 16-bit stem
+        found = [dataclasses.replace(c, fold=True)
+                 for c in conv2d_wgmma.choices(fold.folded(problem), cfg, target, False)]
+        return found + _implicit(problem, cfg, target, True, split)
     if problem.kg < DIRECT_BELOW:   # exact FMAs: every precision holds
         return [ConvChoice(None, cfg.block_size or 256, 1 if cfg.kernel_type == "simple" else DIRECT_OPT,
                            unroll=cfg.enable_loop_unroll, coalesce=cfg.enable_memory_coalescing,
                            opts=pipeline.compile_opts(cfg))]
-    return implicit.choices(problem, cfg, target, mma, split)
+    return _implicit(problem, cfg, target, mma, split)
+
+
+def _implicit(problem: ConvProblem, cfg: ConfigSnapshot, target: Target, mma: bool, split: bool) -> list:
+    """The implicit GEMM's choices; for the 16-bit types those of float32 (its shared memory), unsliced."""
+    found = implicit.choices(computed(problem), cfg, target, mma, split)
+    return [c for c in found if c.split_k == 1] if problem.dtype in HALF_DTYPES else found
 
 
 def _window(problem: ConvProblem) -> dict:
@@ -155,12 +186,17 @@ def plan(problem: ConvProblem, choice, target: Target) -> Plan:
 
 
 def _gemm_plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> ConvPlan:
-    p, s, name = problem, choice.shape, problem.dtype
+    p, s, half = problem, choice.shape, problem.dtype in HALF_DTYPES
+    name = computed(p).dtype
     reason = why_not(s, name)
     if reason:
-        raise ValueError(f"Convolution2D cannot build shape {s.label} for {name}: {reason}")
+        raise ValueError(f"Convolution2D cannot build shape {s.label} for {p.dtype}: {reason}")
+    if half and choice.split_k > 1:
+        raise ValueError(f"Convolution2D {p.dtype} takes no k-slices (their partial sums would round to 16 bits): "
+                         "use split_k=1")
     dtype = np.dtype(name)
-    r, tag = vector_width(dtype), dtype_tag(dtype)
+    r, tag = vector_width(dtype), dtype_tag(p.dtype)
+    io = {"elem_t": storage_t(p.dtype)} if half else {}
     order, ct, ktiles = k_order(p, s.bk)
     operands, extra, ws = fused(p)
     mpad, kpad = cdiv(p.kg, s.bm) * s.bm, ktiles * s.bk
@@ -173,11 +209,11 @@ def _gemm_plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Conv
     at = cdiv(splits * npix * p.k * dtype.itemsize, 256) * 256 if splits > 1 else 0   # the slices, then the weight
     pack = pipeline.make_spec(TEMPLATE, "conv2d_pack", f"conv2d_pack_{tag}_k{p.kh}x{p.kw}_{order}",
                              {"scalar_t": scalar_t(dtype), "unroll": True, "kernel": "pack", "KH": p.kh, "KW": p.kw,
-                              "ORDER": order}, choice.opts)
+                              "ORDER": order, **io}, choice.opts)
     pack_launch = KernelLaunch(pack, (min(cdiv(total, 256), 1 << 20),), (256,),
                                (ptr(1), ptr(ws, at), i32(p.cg), i32(p.kg), i32(ct * s.bk), i32(kpad), i32(mpad),
                                 i64(total)),
-                               units=UNITS[name, False].replace(" (SIMT)", ""))
+                               units=UNITS["float32" if half else name, False].replace(" (SIMT)", ""))
     vec = (2 if s.mma else r) if choice.coalesce and p.aligned and ohw % (2 if s.mma else r) == 0 else 1
     vm = min(s.tm, r)      # the SIMT thread's runs of consecutive channels (a channels_last y's vector stores)
     params = {"scalar_t": scalar_t(dtype), "unroll": choice.unroll, "kernel": "conv", "mma": s.mma, "BM": s.bm,
@@ -185,7 +221,7 @@ def _gemm_plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Conv
               "VEC_OUT": 1 if p.y_nhwc else vec, "bias": p.bias and splits == 1, "relu": p.relu and splits == 1,
               "split": choice.split, "SPLIT_K": splits > 1,
               "min_blocks": 2 if name == "float32" and s.threads == 256 and not choice.split else 1,
-              "X_NHWC": p.x_nhwc, "Y_NHWC": p.y_nhwc, **_window(p)}
+              "X_NHWC": p.x_nhwc, "Y_NHWC": p.y_nhwc, **_window(p), **io}
     if p.x_nhwc:     # loads of XV channels: 16 bytes where C, Cg and x line up
         params["XV"] = r if p.x_aligned and p.c % r == 0 and p.cg % r == 0 and s.bk % r == 0 else 1
     if p.y_nhwc:
@@ -203,7 +239,7 @@ def _gemm_plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Conv
     else:
         args = (ptr(0), ptr(ws, at), *((ptr(2),) if p.bias else ()), ptr(3), i32(p.c), i32(p.h), i32(p.w), i32(p.k),
                 i32(p.oh), i32(p.ow), i32(p.cg), i32(p.kg), i32(npix), i32(ct), i32(ktiles), i32(mpad), *extra)
-    units = UNITS[name, s.mma].replace("TF32", "3xTF32") if choice.split else UNITS[name, s.mma]
+    units = UNITS[name, s.mma].replace("TF32", "3xTF32") if choice.split else UNITS[p.dtype, s.mma]
     conv = KernelLaunch(spec, (cdiv(npix, s.bn), cdiv(p.kg, s.bm), splits if splits > 1 else p.groups), (s.threads,),
                         args, units=units)
     launches = (pack_launch, conv)
@@ -216,14 +252,16 @@ def _gemm_plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Conv
 
 
 def _direct_plan(problem: ConvProblem, choice: ConvChoice, target: Target) -> Plan:
-    p, dtype = problem, np.dtype(problem.dtype)
+    p, dtype = problem, np.dtype(computed(problem).dtype)
     opt, r = choice.opt, vector_width(dtype)
     vec = opt if choice.coalesce and p.aligned and opt == r and p.ow % opt == 0 and not p.y_nhwc else 1
     params = epilogue.add({"scalar_t": scalar_t(dtype), "unroll": choice.unroll, "THREADS": choice.threads,
                            "OPT": opt, "VEC_OUT": vec, "bias": p.bias, "relu": p.relu, "X_NHWC": p.x_nhwc,
-                           "Y_NHWC": p.y_nhwc, **_window(p)}, p.epilogue, scalar_t(dtype))
+                           "Y_NHWC": p.y_nhwc, **_window(p),
+                           **({"elem_t": storage_t(p.dtype)} if p.dtype in HALF_DTYPES else {})}, p.epilogue,
+                          scalar_t(dtype))
     operands, extra, _ = fused(p)
-    readable = f"conv2d_direct_{dtype_tag(dtype)}_{_window_tag(p)}_{choice.label}_v{vec}{p.layout_tag}"
+    readable = f"conv2d_direct_{dtype_tag(p.dtype)}_{_window_tag(p)}_{choice.label}_v{vec}{p.layout_tag}"
     spec = pipeline.make_spec(DIRECT_TEMPLATE, "conv2d_direct", readable, params, choice.opts)
     owg = cdiv(p.ow, opt)
     total = p.n * p.k * p.oh * owg

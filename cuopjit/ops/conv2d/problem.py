@@ -97,8 +97,9 @@ class ConvPlan(Plan):
 
 def problems() -> list[ConvProblem]:
     """The seed's 3x3 layer, ResNet-50's 1x1 / 3x3 stride 2 / 7x7 stride 2 (C = 3) layers, a depthwise 3x3,
-    ResNet-50's 1x1 and 3x3 channels_last (the GEMM route, the NHWC kernels), and for float64 the seed's layer, an
-    odd unaligned one and a channels_last 1x1."""
+    ResNet-50's 1x1 and 3x3 channels_last (the GEMM route, the NHWC kernels), for float64 the seed's layer, an
+    odd unaligned one and a channels_last 1x1; float16 / bfloat16: ResNet's 3x3 64 -> 64 channels_last, the stem
+    (float16) and a depthwise 3x3 (bfloat16)."""
     nhwc = {"x_nhwc": True, "y_nhwc": True}
     f32 = [ConvProblem("float32", 32, 64, 224, 224, 128, 3, 3, ph=1, pw=1),
            ConvProblem("float32", 32, 256, 56, 56, 64, 1, 1),
@@ -110,4 +111,7 @@ def problems() -> list[ConvProblem]:
     f64 = [ConvProblem("float64", 32, 64, 224, 224, 128, 3, 3, ph=1, pw=1),
            ConvProblem("float64", 3, 65, 33, 33, 66, 3, 3, 2, 2, 2, 2, 2, 2, groups=1, bias=True, aligned=False),
            ConvProblem("float64", 32, 256, 14, 14, 256, 1, 1, **nhwc)]
-    return f32 + f64
+    half = [ConvProblem(dt, 32, 64, 56, 56, 64, 3, 3, ph=1, pw=1, **nhwc) for dt in ("float16", "bfloat16")]
+    half += [ConvProblem("float16", 32, 3, 224, 224, 64, 7, 7, 2, 2, 3, 3, bias=True, relu=True, **nhwc),
+             ConvProblem("bfloat16", 32, 256, 56, 56, 256, 3, 3, ph=1, pw=1, groups=256)]
+    return f32 + f64 + half

@@ -1,4 +1,7 @@
-"""Conv2D on Hopper tensor cores (templates/conv2d/conv2d_wgmma.cu.jinja): wgmma TF32 or 3xTF32 implicit GEMM.
+"""Conv2D on Hopper tensor cores (templates/conv2d/conv2d_wgmma.cu.jinja): wgmma TF32 or 3xTF32 implicit GEMM, or
+for float16 / bfloat16 wgmma m64nNk16 f16 / bf16 (float32 sums, y rounded once; k-tiles of 64 channels, the same
+128 bytes as TF32's 32; the weight packed in 16 bits, no rounding, no DEBIAS: the tensor cores read halves exactly;
+bias and ReLU on a channels_last y stored as 16-byte vectors through shared memory; no 3xTF32, no staged residual).
 
 Launches: the weight packed to [O][KH][KW][CPAD] (rounded to TF32; 3xTF32 adds a lo = tf32(w - hi) copy:
 a Convolution2D runs it once per set_weight, problem.ConvPlan), an NCHW input converted to an internal NHWC
@@ -10,8 +13,9 @@ much work per input value (out_channels * kh * kw / strides >= LO_COPY_WORK) get
 lo = tf32(x - hi) read by TMA beside hi; the others (and every channels_last input) keep x as it is and the
 kernel's producer warpgroup writes each tile's lo in shared memory (half the copy traffic; the seed layer:
 kernel 2.23 ms instead of 1.80 ms, copy 0.31 instead of 0.48 ms; ResNet's 1x1 256 -> 64: 0.15 instead of
-0.21 ms in all). Layers it takes: float32, sm_90, one group, at least half of the padded channels real
-(CPAD = 32-multiple), a channels_last x with C a multiple of 4, and a pixel tile that wastes at most
+0.21 ms in all). Layers it takes: float32 / float16 / bfloat16, sm_90, one group, at least half of the padded
+channels real (CPAD = a multiple of 32 floats or 64 halves), a channels_last x with rows of C a multiple of 16
+bytes, and a pixel tile that wastes at most
 MAX_WASTE of the output; the others stay on the mma.sync kernel.
 
 Truncating x to TF32 lowers each product by 2^-11 E[1/m] of itself on average (m the significand: for values whose
@@ -52,9 +56,11 @@ from ...build import pipeline
 from ...run.plan import KernelLaunch, i32, i64, ptr
 from ...target import Target
 from .. import epilogue
-from ..base import cdiv
+from ..base import HALF_DTYPES, cdiv, storage_t
 from ..gemm.wgmma import Warpgroups, staging_bytes
 from .boxes import ONE_CONSUMER_QN, Box, box, candidates, count, score, waste
+from .fold import foldable, folded
+from . import fold as folding
 from .problem import ConvPlan
 
 TEMPLATE = "conv2d/conv2d_wgmma.cu.jinja"
@@ -70,7 +76,20 @@ REGS = {2: 232, 1: 240}                             # setmaxnreg of the consumer
 MAP_BYTES = 512                                     # up to four 128-byte tensor maps per block
 RESIDUAL_TILES = 2                                  # output-shaped operands staged by TMA (map slots 2 and 3)
 DEBIAS = 1 + 2.0 ** -11 / (2 * math.log(2))         # 1 + E[x - TF32 truncation of x] / x (module docstring)
-UNITS = {False: "TF32 tensor cores (wgmma)", True: "TF32 tensor cores, 3 products (wgmma 3xTF32)"}
+UNITS = {False: "TF32 tensor cores (wgmma)", True: "TF32 tensor cores, 3 products (wgmma 3xTF32)",
+         "float16": "FP16 tensor cores (wgmma)", "bfloat16": "BF16 tensor cores (wgmma)"}
+TAGS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+ROW = 128                                           # bytes of one k-tile row (the 128-byte swizzle)
+
+
+def elem_bytes(problem) -> int:
+    """Bytes of one stored element: 4 for float32, 2 for float16 / bfloat16."""
+    return 2 if problem.dtype in HALF_DTYPES else 4
+
+
+def bk(problem) -> int:
+    """Channels of one k-tile: one 128-byte swizzled row (32 float32, 64 float16 / bfloat16)."""
+    return ROW // elem_bytes(problem)
 
 
 @dataclass(frozen=True)
@@ -90,6 +109,7 @@ class WgmmaConvChoice(Warpgroups):
     bh: int = 0         # box rows (0: qn // bw)
     imgs: int = 1       # images per box (boxes.py's exact boxes)
     rtiles: int = 0     # output-shaped epilogue operands brought into shared memory by TMA
+    fold: bool = False  # the window's columns folded into the channels first (fold.py: the 16-bit stem)
 
     @property
     def pixel_box(self) -> Box:
@@ -102,28 +122,34 @@ class WgmmaConvChoice(Warpgroups):
                 + ("_3xtf32" if self.split else "") + ("_locopy" if self.lo_copy else "")
                 + ("" if self.coalesce else "_scalar")
                 + ("" if self.pad else "_nopad") + ("" if self.unroll else "_nounroll")
-                + (f"_rt{self.rtiles}" if self.rtiles else ""))
+                + (f"_rt{self.rtiles}" if self.rtiles else "") + ("_fold" if self.fold else ""))
 
 
 def cpad(problem) -> int:
-    """Channels of the NHWC copy: a multiple of BK (one 128-byte swizzle row per pixel and k-tile)."""
-    return cdiv(problem.c, BK) * BK
+    """Channels of the NHWC copy: a multiple of bk (one 128-byte swizzle row per pixel and k-tile)."""
+    return cdiv(problem.c, bk(problem)) * bk(problem)
 
 
-def why_not(problem, target: Target) -> str | None:
-    """Why this layer cannot run on the wgmma kernel (None: it can)."""
-    if problem.dtype != "float32":
-        return "wgmma TF32 is float32 only"
+def why_not(problem, target: Target, fold: bool = False) -> str | None:
+    """Why this layer cannot run on the wgmma kernel (None: it can); `fold`: after fold.py's folding."""
+    if fold:
+        if not foldable(problem, target.capability):
+            return (f"folding a {problem.kh} x {problem.kw} window into {problem.c} channels takes 16-bit layers of "
+                    "one group on sm_90 with KW * C <= 64 and C < 32")
+        problem = folded(problem)
+    if problem.dtype not in TAGS:
+        return f"wgmma takes float32 only (TF32) or the 16-bit types, not {problem.dtype}"
     if target.capability != 90:
         return f"wgmma needs an sm_90 GPU, not {target.arch}"
     if max(problem.sh, problem.sw) > 8:
         return f"stride {problem.sh} x {problem.sw}: TMA element strides are at most 8"
     if problem.groups != 1:
         return "grouped convolution"
-    if cpad(problem) > 2 * problem.c:
+    if cpad(problem) > 2 * problem.c and not fold:
         return f"{problem.c} channels would be padded to {cpad(problem)}"
-    if problem.x_nhwc and (problem.c % 4 or not problem.x_aligned):
-        return f"TMA reads a channels_last x only with C a multiple of 4 ({problem.c}) and x 16-byte aligned"
+    if problem.x_nhwc and (problem.c * elem_bytes(problem) % 16 or not problem.x_aligned):
+        return (f"TMA reads a channels_last x only with C a multiple of {16 // elem_bytes(problem)} ({problem.c}) and "
+                "x 16-byte aligned")
     wastes = [b[1] for b in (box(problem, q) for q in WIDTHS[False]) if b]
     if not wastes or min(wastes) > MAX_WASTE:
         return f"a {problem.oh} x {problem.ow} output wastes more than {MAX_WASTE}x of any pixel tile"
@@ -157,7 +183,7 @@ def smem_bytes(consumers: int, qn: int, stages: int, split: bool, staged: bool =
     """Dynamic shared memory: stages of (W, X) k-tiles (hi and lo with 3xTF32), barriers, maps, alignment;
     `staged`: a user epilogue's output staging past the maps (as the GEMM's); `rtiles` output tiles of its
     output-shaped operands after that, and their two barriers."""
-    return (stages * (2 if split else 1) * (64 * consumers + qn) * BK * 4 + 24 * stages + 4 * 128 + 128 + 1024
+    return (stages * (2 if split else 1) * (64 * consumers + qn) * ROW + 24 * stages + 4 * 128 + 128 + 1024
             + (staging_bytes(consumers, qn) if staged else 0) + (rtiles * 64 * consumers * qn * 4 + 16 if rtiles else 0))
 
 
@@ -166,7 +192,7 @@ def residual_tiles(problem, split: bool) -> int:
     memory): 1 or 2 of them, y's rows (NCHW: OW floats; channels_last: O) a multiple of 16 bytes (TMA's strides),
     a channels_last y of under 2^31 pixels."""
     full = epilogue.full_count(problem.epilogue) if problem.epilogue else 0
-    if split or not 0 < full <= RESIDUAL_TILES:
+    if split or problem.dtype != "float32" or not 0 < full <= RESIDUAL_TILES:
         return 0
     if problem.y_nhwc:
         return full if problem.k % 4 == 0 and problem.n * problem.oh * problem.ow < 2 ** 31 else 0
@@ -184,6 +210,8 @@ def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaConvChoice]:
     fits = [b for b in found if waste(problem, b) <= MAX_WASTE] or [min(found, key=lambda b: waste(problem, b))]
     narrow = consumers == 1 and not split       # of equal scores, the narrowest box (boxes.py)
     order = sorted(fits, key=lambda b: (-score(problem, b, consumers, split, target.sm_count), b.bw if narrow else 0))
+    if grouped_first(problem):
+        order.sort(key=lambda b: not b.nchw)
     lo_copy = (split and not problem.x_nhwc
                and problem.k * problem.kh * problem.kw >= LO_COPY_WORK * problem.sh * problem.sw)
     switches = {"split": split, "lo_copy": lo_copy, "unroll": cfg.enable_loop_unroll,
@@ -191,10 +219,24 @@ def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaConvChoice]:
                 "coalesce": cfg.enable_memory_coalescing, "opts": pipeline.compile_opts(cfg)}
     free = not cfg.tile_size and not cfg.block_size
     rtiles = residual_tiles(problem, split)
-    builds = [build(consumers, b.qn, b.bw, target, staged=bool(problem.epilogue), bh=b.bh, imgs=b.imgs, rtiles=rtiles,
+    builds = [build(consumers, b.qn, b.bw, target, staged=staged(problem), bh=b.bh, imgs=b.imgs, rtiles=rtiles,
                     **switches) for b in order]
     builds.sort(key=lambda c: c.rtiles < rtiles)    # boxes that keep the residual in shared memory first
     return builds if free else builds[:1]
+
+
+def staged(problem) -> bool:
+    """Whether the kernel stages its outputs in shared memory: a user epilogue, or 16-bit bias / ReLU stores to a
+    channels_last y (16-byte vectors of 8 channels)."""
+    return bool(problem.epilogue) or problem.dtype in HALF_DTYPES and problem.y_nhwc
+
+
+def grouped_first(problem) -> bool:
+    """16-bit 1x1 layers of stride > 1 with outputs at least 14 wide take grouped boxes before exact ones (H100,
+    ResNet-50 b32 float16, every candidate timed: 1x1/2 256 -> 512 at 28^2 out 0.0309 ms in 32 x 4 against 0.0382 in
+    exact 28 x 7, 512 -> 1024 at 14^2 out 0.0229 in 16 x 16 against 0.0254 in 14 x 14; 7^2 outputs keep theirs)."""
+    return (problem.dtype in HALF_DTYPES and problem.kh * problem.kw == 1 and problem.sh * problem.sw > 1
+            and problem.ow >= 14)
 
 
 def build(consumers: int, qn: int, bw: int, target: Target, split: bool, staged: bool = False, rtiles: int = 0,
@@ -225,18 +267,21 @@ def _check(problem, c: WgmmaConvChoice) -> None:
 def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
     """Weight pack, NHWC conversion (NCHW input only) and the persistent wgmma launch; workspace: the maps, the
     input copies, then the packed weight (problem.ConvPlan: an operator packs it once, into memory it keeps)."""
-    reason = why_not(problem, target)
+    reason = why_not(problem, target, choice.fold)
     if reason:
         raise ValueError(f"Convolution2D cannot run on the wgmma kernel: {reason}")
-    p, c = problem, choice
+    p, c = folded(problem) if choice.fold else problem, choice
     _check(p, c)
     if c.rtiles and c.rtiles != residual_tiles(p, c.split):
         raise ValueError(f"Convolution2D wgmma build {c.label} stages {c.rtiles} epilogue operands by TMA, which this "
                          f"layer takes {residual_tiles(p, c.split)} of: build it for this layer (wgmma.choices)")
-    cp = cpad(p)
+    if c.split and p.dtype != "float32":
+        raise ValueError(f"Convolution2D precision='3xtf32' applies to float32; {p.dtype} runs on f16 / bf16 wgmma: "
+                         "leave precision='tf32'")
+    cp, eb, half = cpad(p), elem_bytes(p), p.dtype in HALF_DTYPES
     grid = min(tiles(p, c), target.sm_count)
-    wsize = p.k * p.kh * p.kw * cp * 4
-    xsize = 0 if p.x_nhwc else p.n * p.h * p.w * cp * 4
+    wsize = p.k * p.kh * p.kw * cp * eb
+    xsize = 0 if p.x_nhwc else p.n * p.h * p.w * cp * eb
     offs, top = [], cdiv(grid * MAP_BYTES, 1024) * 1024
     for size in (xsize, xsize if c.lo_copy else 0, wsize, wsize if c.split else 0):
         offs.append(top)
@@ -247,14 +292,19 @@ def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
     if not c.split:
         w_lo = w_hi
     x_parts = (ptr(0),) if p.x_nhwc else (x_nhwc, x_lo) if c.lo_copy else (x_nhwc,)
-    window = {"KH": p.kh, "KW": p.kw, "SPLIT": c.split, "scalar_t": "float", "unroll": c.unroll}
-    tag = f"f32_k{p.kh}x{p.kw}" + ("_3xtf32" if c.split else "_tf32")
+    window = {"KH": p.kh, "KW": p.kw, "SPLIT": c.split, "scalar_t": "float", "unroll": c.unroll,
+              **({"ELEM": storage_t(p.dtype)} if half else {})}
+    tag = f"{TAGS[p.dtype]}_k{p.kh}x{p.kw}" + ("" if half else "_3xtf32" if c.split else "_tf32")
     wpack = pipeline.make_spec(TEMPLATE, "conv2d_wpack", f"conv2d_wpack_{tag}", {**window, "kernel": "wpack"},
                               c.opts, arch_specific=True)
     total = p.k * p.kh * p.kw * cp
     launches = [KernelLaunch(wpack, (min(cdiv(total, 256), 1 << 20),), (256,),
-                             (ptr(1), w_hi, w_lo, i32(p.c), i32(cp), i64(total)), units="FP32 cores (weight pack)")]
-    if not p.x_nhwc:
+                             (ptr(1), w_hi, w_lo, i32(p.c), i32(cp), i64(total)),
+                             units="DRAM (weight pack)" if half else "FP32 cores (weight pack)")]
+    if c.fold:
+        launches = [folding.weight_launch(problem, window, cp, w_hi, c.opts, TAGS[p.dtype]),
+                    folding.input_launch(problem, window, cp, x_nhwc, c.opts, TAGS[p.dtype])]
+    elif not p.x_nhwc:
         nhwc = pipeline.make_spec(TEMPLATE, "conv2d_nhwc", f"conv2d_nhwc_{tag}" + ("_locopy" if c.lo_copy else "")
                                  + ("" if c.pad else "_nopad") + ("" if c.unroll else "_nounroll"),
                                  {**window, "kernel": "nhwc", "PAD": 1 if c.pad else 0, "KH": 1, "KW": 1,
@@ -267,7 +317,7 @@ def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
               "FULL_ROWS": p.y_nhwc and c.bw == p.ow, "STAGES": c.stages, "CONSUMERS": c.consumers,
               "LO_COPY": c.lo_copy, "SH": p.sh, "SW": p.sw, "PH": p.ph, "PW": p.pw, "DH": p.dh, "DW": p.dw,
               "bias": p.bias, "relu": p.relu, "VEC_OUT": vec, "CONSUMER_REGS": REGS[c.consumers],
-              "Y_NHWC": p.y_nhwc, "DEBIAS": DEBIAS if p.x_nhwc and not c.split else 0,
+              "Y_NHWC": p.y_nhwc, "DEBIAS": DEBIAS if p.x_nhwc and not c.split and not half else 0,
               "RTILES": tuple(i for i, kind in enumerate(epilogue.kinds_of(p.epilogue)) if kind == "full") if c.rtiles else (),
               "YSTORE": y_by_tma(p, c)}
     epilogue.add(params, p.epilogue, "float", staged=bool(c.rtiles))
@@ -280,6 +330,6 @@ def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
             i32(p.c if p.x_nhwc else cp), i32(p.h), i32(p.w), i32(p.k), i32(p.oh), i32(p.ow),
             *epilogue.args(p.epilogue, 4))
     launches.append(KernelLaunch(spec, (grid,), (c.threads,), args,
-                                 shared=smem_bytes(c.consumers, c.qn, c.stages, c.split, bool(p.epilogue), c.rtiles),
-                                 units=UNITS[c.split]))
+                                 shared=smem_bytes(c.consumers, c.qn, c.stages, c.split, staged(p), c.rtiles),
+                                 units=UNITS[p.dtype] if half else UNITS[c.split]))
     return ConvPlan(tuple(launches), operands, workspace=top, choice=c.label, pack_launches=1, packed_at=offs[2])

@@ -1,0 +1,24 @@
+"""Run each kind of float16 / bfloat16 Convolution2D kernel once on small layers, for compute-sanitizer (memcheck,
+racecheck): the wgmma f16 / bf16 kernel with its 16-byte channels_last stores through the warps' staging buffers
+(a partial channel tile, 100 channels: the scalar edge), NCHW x through its copy and NCHW stores, a user epilogue
+(scale, shift, residual), the implicit GEMM (the C = 3 stem) and the direct kernel (depthwise). Every result is
+checked against float64 NumPy inside canaries (tests/test_conv2d_half.py), so a silent wrong answer fails too."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import numpy as np  # noqa: E402
+
+import test_conv2d_half as half_tests  # noqa: E402
+
+rng = np.random.default_rng(0)
+runs = 0
+for dtype in half_tests.HALF:
+    for layer, x_nhwc, y_nhwc in ((half_tests.LAYERS[0], True, True), (half_tests.LAYERS[7], True, True),
+                                  (half_tests.LAYERS[0], False, False), (half_tests.LAYERS[3], True, True),
+                                  (half_tests.LAYERS[4], False, True)):
+        half_tests._run(rng, dtype, layer, x_nhwc, y_nhwc)
+        runs += 1
+    half_tests.test_epilogue_scale_shift_residual(rng, None, dtype, half_tests.LAYERS[0])
+    runs += 2
+print(f"{runs} half Convolution2D runs checked")

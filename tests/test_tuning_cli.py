@@ -33,7 +33,8 @@ SM90 = named("sm_90")
      "--layout applies to conv2d, not gemm: leave it out"),
     (["tune", "conv2d", "--shape", "2,8,8,8,8,3,3", "--trans", "nt"], "--trans applies to gemm, not conv2d: leave it out"),
     (["tune", "conv2d", "--shape", "2,8,8,8,8,3,3", "--stride", "0"], "--stride 0 is not allowed: give an integer >= 1"),
-    (["tune", "conv2d", "--shape", "2,8,8,8,8,3,3", "--dtype", "float16"], "--dtype 'float16': choose float32 or float64"),
+    (["tune", "gemm", "--shape", "8x8x8", "--dtype", "float8"],
+     "--dtype 'float8': choose from float32, float64, float16, bfloat16"),
 ])
 def test_tune_command_checks_its_arguments(capsys, argv, message):
     assert main(argv) == 2

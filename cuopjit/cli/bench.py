@@ -5,7 +5,9 @@ tree's `benchmarks/`, or --dir) that defines `WORKLOADS` (the dict format of
 benchmarks/mb_common.py) or `workloads(quick)` contributes its workloads, each to the family its
 "family" key or its name names. A family with no workload (or any family, without PyTorch) is
 timed alone on its explain shape (recipes.SHAPES) and set against the device's roofline.
---quick keeps the smallest workload per family and dtype. The chart needs matplotlib (`[bench]`).
+--quick keeps the smallest workload per family and dtype. --dtype names the dtypes (comma lists, repeatable:
+`--dtype float16,bfloat16`; default float32 and float64); a family is measured in those it has kernels of. The
+chart needs matplotlib (`[bench]`).
 """
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ from types import ModuleType
 
 from ..device import driver
 from ..errors import NoDeviceError
+from ..config import split_list
 from ..ops import FAMILIES
-from ..prewarm import DTYPES, check_ops
+from ..prewarm import ALL_DTYPES, DTYPES, check_dtypes, check_ops, family_dtypes
 from ..profile import benchmark, device_ceilings
 from ..recipes import SHAPES, build, gpu_maker
 
@@ -159,8 +162,7 @@ def chart(rows: list[dict], path: Path) -> str:
 
 def cmd_bench(ns: argparse.Namespace) -> int:
     """Run the benchmarks of the requested families; print the table (or --json), write JSON and a chart."""
-    ops = check_ops(ns.op or None)
-    dtypes = [ns.dtype] if ns.dtype else list(DTYPES)
+    ops, dtypes = selection(ns)
     if driver.device_count() == 0:
         raise NoDeviceError("benchmarks time kernels on an NVIDIA GPU and none was found", "CUDA_ERROR_NO_DEVICE")
     repeat = 20 if ns.quick else ns.repeat
@@ -171,9 +173,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         timer = importlib.import_module("mb_common").time_ms if todo else None
     except ImportError:
         todo, timer = [], None
-    covered = {(w["family"], w["dtype"]) for w in todo}
-    alone = [(op, dt) for op in ops for dt in dtypes if (op, dt) not in covered and op in _shapes()]
-    missing = sorted({op for op in ops for dt in dtypes if (op, dt) not in covered and op not in _shapes()})
+    alone, missing = uncovered(ops, dtypes, {(w["family"], w["dtype"]) for w in todo})
     if missing:
         print(f"note: no benchmark workload or explain shape for {', '.join(missing)}: not measured", file=sys.stderr)
     total, rows = len(todo) + len(alone), []
@@ -207,12 +207,32 @@ def _shapes() -> dict:
     return SHAPES
 
 
+def uncovered(ops: list[str], dtypes: list[str], covered: set[tuple[str, str]]) -> tuple[list[tuple[str, str]],
+                                                                                      list[str]]:
+    """(the (family, dtype) pairs no workload covers, timed alone on their explain shape, in the dtypes each family
+    has kernels of; the families with neither a workload nor an explain shape)."""
+    alone = [(op, dt) for op in ops for dt in dtypes
+             if (op, dt) not in covered and op in _shapes() and dt in family_dtypes(op)]
+    missing = sorted({op for op in ops for dt in dtypes if (op, dt) not in covered and op not in _shapes()})
+    return alone, missing
+
+
+def selection(ns: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The families and the --dtype values (comma lists, repeatable; default float32 and float64): an unknown
+    dtype, or one a family named on the command line has no kernels of, raises naming what there is."""
+    ops = check_ops(ns.op or None)
+    dtypes = list(dict.fromkeys(split_list(ns.dtype))) or list(DTYPES)
+    check_dtypes(ops if ns.op else [], dtypes)
+    return ops, dtypes
+
+
 def add_bench(sub) -> None:
     """Register `cuopjit bench`."""
     p = sub.add_parser("bench", help="benchmark operator families against PyTorch (needs a GPU)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("op", nargs="*", help=f"families (default: all): {', '.join(FAMILIES)}")
-    p.add_argument("--dtype", choices=DTYPES, help="only this dtype (default: both)")
+    p.add_argument("--dtype", action="append",
+                   help=f"{', '.join(ALL_DTYPES)}, comma-separated or repeated (default: {' and '.join(DTYPES)})")
     p.add_argument("--quick", action="store_true", help="the smallest workload per family and dtype, 20 runs")
     p.add_argument("--repeat", type=int, default=30, help="timed calls per workload (median reported)")
     p.add_argument("--dir", help="the benchmarks folder (default: the source tree's benchmarks/)")

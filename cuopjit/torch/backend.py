@@ -14,6 +14,11 @@ no decompositions (it is inference only, so no backward graph is wanted). The st
     4. the result: the rewritten GraphModule's forward on cuopjit's device and torch's current stream,
        or with options={"cuda_graphs": True} that, captured once and replayed (graphs.Replay)
 
+Half precision: a model in float16 or bfloat16 (`.half()`, `.to(torch.bfloat16)`) runs its nodes on the
+families' 16-bit kernels wherever an operator family has them and plans the setting (support.py, kernels.py);
+the others stay torch. Under torch.autocast, Dynamo's graph holds fp32 operands with 16-bit outputs: those
+nodes stay torch, with their reason in the report.
+
 Options (torch.compile(..., options={...})): "cuda_graphs" (default False); "tf32": True / False for
 float32 conv2d and products on tensor cores (default: torch's own flags, torch.backends.cudnn.allow_tf32
 for conv2d and torch.backends.cuda.matmul.allow_tf32 for linear / matmul / bmm, so the backend rounds
@@ -33,9 +38,9 @@ from ..errors import CuopjitError
 from ..device import driver
 from . import report as reports
 from .fusion import CALLS, Plan, PlanError, plan
-from .common import raw_stream
+from .common import HALF, raw_stream
 from .graphs import Replay
-from .kernels import Kernel, Launch, build
+from .kernels import Kernel, Launch, build, check_plans
 from .prebuild import build_all
 from .nodes import Call, describe, mutates, target_name
 
@@ -71,15 +76,19 @@ def _tf32(options: dict[str, Any]) -> dict[str, bool]:
     return {"conv": bool(choice), "matmul": bool(choice)}
 
 
-def rewrite(p: Plan, launch: Launch, tf32: dict[str, bool], report: reports.Report) -> list[Kernel]:
-    """Replace each group's nodes by one call of its kernel (in place), fill the report; the kernels."""
+def rewrite(p: Plan, launch: Launch, tf32: dict[str, bool], report: reports.Report,
+            check: Callable[[Kernel], None] | None = None) -> list[Kernel]:
+    """Replace each group's nodes by one call of its kernel (in place), fill the report; the kernels. `check`
+    (kernels.check_plans) is run on the kernels of float16 / bfloat16 groups: what it raises leaves them torch."""
     gm, ctx = p.ctx.gm, p.ctx
     kernels = []
     replaced: dict[fx.Node, fx.Node] = {}   # a group's output -> the call of its kernel (calls hold old nodes)
     for group in p.groups:
         try:
             kernel, inputs = build(group, ctx, launch, tf32)
-        except (CuopjitError, ValueError, TypeError) as exc:   # a setting the operator refuses: torch runs it
+            if check is not None and ctx.val(group.output).dtype in HALF:
+                check(kernel)
+        except (CuopjitError, ValueError, TypeError, LookupError) as exc:   # a setting an operator refuses: torch
             p.torch.update((n, f"cuopjit refused it: {str(exc).splitlines()[0]}") for n in group.nodes)
             continue
         kernels.append(kernel)
@@ -144,7 +153,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: di
         return _torch_only(gm, report, str(exc))
     report.notes += p.notes
     launch = Launch()
-    kernels = rewrite(p, launch, _tf32(options), report)
+    kernels = rewrite(p, launch, _tf32(options), report, check_plans)
     built = build_all([sample for k in kernels for sample in k.samples], ordinal)
     report.notes.append(f"{built} kernels built (or found in the cache) and loaded in parallel before the first call")
     run = _runner(gm, launch, ordinal)

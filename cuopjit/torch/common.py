@@ -16,14 +16,16 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
 
-from ..ops import FAMILIES
+from ..interop import np_dtype
+from ..ops import CLASSES
 from ..operands import view_at
 from ..tensor import Tensor
 
-NP = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+# the torch dtypes cuopjit holds, as NumPy dtypes (bfloat16: ml_dtypes' type, as cuopjit's tensors hold it)
+NP = {t: np_dtype(t) for t in (torch.float32, torch.float64, torch.float16, torch.bfloat16)}
+HALF = frozenset({torch.float16, torch.bfloat16})   # stored in 16 bits, computed in float32
 lock = threading.Lock()
 _instances: dict[tuple, Any] = {}
 _constants: dict[tuple, torch.Tensor] = {}
@@ -47,12 +49,34 @@ class TorchOp:
 
     `shape` and `run` take the op's arguments as the schema names them, with the schema's defaults.
     `weights`: the positions of the tensors its operator packs (keyed by identity in prepared calls);
-    `prepared`: whether a warm call may skip `run` (False where `run` does more than one forward)."""
+    `prepared`: whether a warm call may skip `run` (False where `run` does more than one forward);
+    `family`: the operator family it launches (its dtypes are the ones the op takes; "" for no check)."""
     schema: str
     shape: Callable[..., Sequence[int]]
     run: Callable[..., None]
     weights: tuple[int, ...] = ()
     prepared: bool = True
+    family: str = ""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """'float32', 'bfloat16', ... (torch's name without the prefix)."""
+    return str(dtype).replace("torch.", "")
+
+
+def operator_class(family: str, dtype: torch.dtype) -> type | None:
+    """Family `family`'s operator class of a torch dtype, None where it has no kernels of that dtype (a
+    Convolution2D in float16 before its half kernels exist, SYMM in bfloat16, ...)."""
+    return CLASSES[family].get(dtype_name(dtype)) if dtype in NP else None
+
+
+def make_operator(family: str, dtype: torch.dtype, *settings: Any) -> Any:
+    """A new operator of `family` for `dtype`; TypeError (one line) where the family has no such kernels."""
+    cls = operator_class(family, dtype)
+    if cls is None:
+        raise TypeError(f"cuopjit has no {dtype_name(dtype)} {family} kernels: it has "
+                        f"{', '.join(CLASSES[family])}")
+    return cls(*settings)
 
 
 def instance(family: str, dtype: torch.dtype, *settings: Any, owner: Sequence[torch.Tensor | None] = (),
@@ -68,7 +92,7 @@ def instance(family: str, dtype: torch.dtype, *settings: Any, owner: Sequence[to
         if len(_instances) >= _INSTANCES_KEPT:
             _instances.clear()
             _held.clear()
-        op = FAMILIES[family][0 if dtype == torch.float32 else 1](*settings)
+        op = make_operator(family, dtype, *settings)
         if epilogue is not None:
             op.set_epilogue(epilogue)
         op = _instances.setdefault(key, op)

@@ -7,6 +7,9 @@ float64 by cuopjit.fold_batchnorm, rounded once) and writes into torch.empty out
 shapes, in the memory format eager would give them. Operands go as they lie (contiguous, channels_last,
 transposed); where an operator refuses a layout (layouts.Operands) the kernel copies to contiguous from then
 on. Launches go to `launch.stream`; float32 products run as TF32 when `tf32` allows, as torch's flags do.
+float16 / bfloat16 groups run on the families' 16-bit operators (tensor cores for the products; sums in
+float32, rounded once on store), their weights and folded BatchNorm rounded once to the graph's dtype;
+`check_plans` plans their forwards at compile time, so a 16-bit setting an operator refuses stays torch.
 """
 from __future__ import annotations
 
@@ -20,9 +23,9 @@ import torch.fx as fx
 from .. import layout
 from ..config import DEFAULT as DEFAULT_SETTINGS, JITConfig
 from ..jit import JITBatchMatMulFloat, JITConvolution2DFloat, JITGemmFloat, JITMatMulFloat
-from ..ops import FAMILIES
+from ..listing import plan_of
 from . import epilogues, fused_attention, layouts
-from .common import NP
+from .common import HALF, NP, make_operator
 from .fusion import Group
 from .prebuild import Sample, settings_of
 from .program import HEAD, Program, batchnorm_scale_shift, render
@@ -48,7 +51,7 @@ class Launch:
 
 def _make(family: str, dtype: torch.dtype, *settings: Any, tensor_cores: bool = False) -> tuple[Any, Any]:
     """(what to call forward on, the operator): under TF32 a JIT wrapper with tensor cores allowed."""
-    op = FAMILIES[family][0 if dtype == torch.float32 else 1](*settings)
+    op = make_operator(family, dtype, *settings)
     if tensor_cores and dtype == torch.float32 and family in _WRAPPERS:
         wrapper = _WRAPPERS[family](op)
         config = JITConfig()
@@ -83,8 +86,8 @@ class Head:
         self.tensor_cores = False   # a float32 product on tensor cores (TF32)
         self.name = getattr(self, "_" + head.op)(group, ctx, head.args, tf32)
         self.op_fuses = head.op in TENSOR_CORES
-        if self.op_fuses:
-            self._fuse(group, ctx, self.tensor_cores)
+        if self.op_fuses:   # a 16-bit product runs on tensor cores (the cost rule of epilogues.fit)
+            self._fuse(group, ctx, self.tensor_cores or self.dtype in HALF)
         self.warm = Warm(self.run, self.op)
 
     def _fuse(self, group: Group, ctx: Context, tensor_cores: bool) -> None:
@@ -186,7 +189,10 @@ class Head:
     def sample(self, inputs: list[tuple[int, ...]], runtime: list[tuple[int, ...]]) -> Sample:
         """This head's forward on contiguous operands of the graph's shapes (prebuild): `inputs` the head's,
         `runtime` its epilogue's run-time operands'."""
-        args = self.view if self.view is not None else (*inputs, self.shape)
+        out = self.shape
+        if getattr(self.run, "heads_last", False):   # attention's [b, L, heads, D] output, planned as [b, heads, L, D]
+            out = (out[0], out[2], out[1], out[3])
+        args = self.view if self.view is not None else (*inputs, out)
         kwargs = dict(self.kwargs)
         if not isinstance(self.epilogue, str):
             kwargs.update((name, _array(shape or given, self.dtype))
@@ -220,7 +226,7 @@ class Tail:
     def __init__(self, program: Program, group: Group, ctx: Context, launch: Launch):
         out = ctx.val(group.output)
         self.shape, self.dtype, self.device = tuple(out.shape), out.dtype, out.device
-        self.op = FAMILIES["elementwise"][0 if out.dtype == torch.float32 else 1](program.text)
+        self.op = make_operator("elementwise", out.dtype, program.text)
         self.names = [n for n, _ in program.runtime]
         self.constants = {n: t.contiguous() for n, t in program.constants.items()}
         self.nhwc = None
@@ -305,3 +311,10 @@ def build(group: Group, ctx: Context, launch: Launch, tf32: dict[str, bool]) -> 
     kernel = Kernel(group.kind, head, n, tail)
     kernel.samples = samples
     return kernel, inputs
+
+
+def check_plans(kernel: Kernel) -> None:
+    """Plan each of the kernel's forwards for the live target (cuopjit.listing.plan_of): raises what an operator
+    raises for a setting it refuses (the backend then leaves the group to torch)."""
+    for sample in kernel.samples:
+        plan_of(sample.operator, sample.settings, sample.args, sample.kwargs)

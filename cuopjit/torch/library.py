@@ -3,7 +3,10 @@
 Each op (cuopjit::linear, cuopjit::conv2d, cuopjit::softmax, ...) is a `torch.library` op with a fake
 (meta) implementation, so models using them trace under `torch.compile(fullgraph=True)` without graph
 breaks, and launch on torch's current stream, so they are captured by `torch.cuda.graphs`. Inputs are
-made contiguous and wrapped zero-copy (float32/float64 CUDA tensors); every op returns a new tensor. A call
+made contiguous and wrapped zero-copy: CUDA tensors of one dtype, float32 or float64, or float16 / bfloat16 where
+the op's operator family has 16-bit kernels (they compute in float32 and round once on store, as torch's do); a
+call mixing dtypes raises one line naming both operands, in the fake implementation too (which keeps the
+dtype). Every op returns a new tensor. A call
 seen before (same shapes, strides, dtypes, devices and other arguments) is a prepared launch (prepared.py):
 one key, one probe, the output's allocation and the packed launch.
 Adding an op is one line in OPS (or ops_products.PRODUCTS): its schema, its output shape (the fake
@@ -12,13 +15,16 @@ itself never imports torch; only importing this package does (optional extra `cu
 """
 from __future__ import annotations
 
+import dataclasses
+import re
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
 from ..device import driver
-from .common import NP, TorchOp, capture, constant, forward, hold, instance, lock, raw_stream, view
+from .common import NP, TorchOp, capture, constant, dtype_name, forward, hold, instance, lock, operator_class, \
+    raw_stream, view
 from .ops_products import PRODUCTS
 from .fused_attention import LIBRARY_OP as ATTENTION
 from .prepared import Table
@@ -116,27 +122,54 @@ def _global(family: str) -> Callable:
 _POOL = "(Tensor x, int[] kernel_size, int[] stride=[], int[] padding=[0, 0]) -> Tensor"
 OPS: dict[str, TorchOp] = {
     **PRODUCTS,
-    "attention": ATTENTION,
-    "relu": TorchOp("(Tensor x) -> Tensor", _same, _map("relu")),
-    "copy": TorchOp("(Tensor x) -> Tensor", _same, _map("copy")),
-    "scal": TorchOp("(Tensor x, float alpha) -> Tensor", _same, _scal, prepared=False),
-    "axpy": TorchOp("(Tensor x, Tensor y, float alpha=1.0) -> Tensor", _same, _axpy, prepared=False),
-    "dot": TorchOp("(Tensor x, Tensor y) -> Tensor", lambda x, y: (), _dot),
-    "softmax": TorchOp("(Tensor x, int dim=-1) -> Tensor", _same, _softmax),
+    "attention": dataclasses.replace(ATTENTION, family="attention"),
+    "relu": TorchOp("(Tensor x) -> Tensor", _same, _map("relu"), family="relu"),
+    "copy": TorchOp("(Tensor x) -> Tensor", _same, _map("copy"), family="copy"),
+    "scal": TorchOp("(Tensor x, float alpha) -> Tensor", _same, _scal, prepared=False, family="scal"),
+    "axpy": TorchOp("(Tensor x, Tensor y, float alpha=1.0) -> Tensor", _same, _axpy, prepared=False,
+                     family="axpy"),
+    "dot": TorchOp("(Tensor x, Tensor y) -> Tensor", lambda x, y: (), _dot, family="dot"),
+    "softmax": TorchOp("(Tensor x, int dim=-1) -> Tensor", _same, _softmax, family="softmax"),
     "layer_norm": TorchOp("(Tensor x, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
-                          "float eps=1e-05) -> Tensor", _same, _layer_norm),
+                          "float eps=1e-05) -> Tensor", _same, _layer_norm, family="layernorm"),
     "batch_norm": TorchOp("(Tensor x, Tensor running_mean, Tensor running_var, Tensor? weight=None, "
-                          "Tensor? bias=None, float eps=1e-05) -> Tensor", _same, _batch_norm),
-    "max_pool2d": TorchOp(_POOL, _pool_shape, _pool("maxpool2d")),
-    "avg_pool2d": TorchOp(_POOL, _pool_shape, _pool("avgpool2d")),
-    "global_max_pool2d": TorchOp("(Tensor x) -> Tensor", lambda x: (*x.shape[:2], 1, 1), _global("globalmaxpool2d")),
-    "global_avg_pool2d": TorchOp("(Tensor x) -> Tensor", lambda x: (*x.shape[:2], 1, 1), _global("globalavgpool2d")),
+                          "Tensor? bias=None, float eps=1e-05) -> Tensor", _same, _batch_norm, family="batchnorm"),
+    "max_pool2d": TorchOp(_POOL, _pool_shape, _pool("maxpool2d"), family="maxpool2d"),
+    "avg_pool2d": TorchOp(_POOL, _pool_shape, _pool("avgpool2d"), family="avgpool2d"),
+    "global_max_pool2d": TorchOp("(Tensor x) -> Tensor", lambda x: (*x.shape[:2], 1, 1), _global("globalmaxpool2d"),
+                                 family="globalmaxpool2d"),
+    "global_avg_pool2d": TorchOp("(Tensor x) -> Tensor", lambda x: (*x.shape[:2], 1, 1), _global("globalavgpool2d"),
+                                 family="globalavgpool2d"),
 }
 
 
-def _check(name: str, x: torch.Tensor) -> None:
-    if x.dtype not in NP:
-        raise TypeError(f"cuopjit::{name}: {x.dtype} is not supported: cuopjit ops take float32 or float64 tensors")
+def param_names(schema: str) -> tuple[str, ...]:
+    """The parameter names of a schema, in order ('(Tensor x, Tensor? weight=None, float eps=1e-05) -> Tensor'
+    -> ('x', 'weight', 'eps'))."""
+    params = re.split(r",(?![^\[]*\])", schema[1:schema.rindex(") ->")])   # commas outside [...] defaults
+    return tuple(p.split("=")[0].split()[-1] for p in params if p.strip())
+
+
+def checker(name: str, op: TorchOp) -> Callable[[tuple, dict], None]:
+    """The dtype check of cuopjit::<name>'s arguments: one dtype cuopjit holds (and the op's family has kernels
+    of) for every tensor; each refusal one line naming the operands."""
+    names = param_names(op.schema)
+
+    def check(args: tuple, kwargs: dict) -> None:
+        tensors = [(n, a) for n, a in zip(names, args) if isinstance(a, torch.Tensor)]
+        tensors += [(n, a) for n, a in kwargs.items() if isinstance(a, torch.Tensor)]
+        first, x = tensors[0]
+        if x.dtype not in NP:
+            raise TypeError(f"cuopjit::{name}: {first} is {x.dtype}, which is not supported: cuopjit ops take "
+                            "float32, float64, float16 or bfloat16 tensors")
+        for other, t in tensors[1:]:
+            if t.dtype != x.dtype:
+                raise TypeError(f"cuopjit::{name}: {first} is {x.dtype} and {other} is {t.dtype}: pass tensors of "
+                                "one dtype (convert with .to(...))")
+        if op.family and operator_class(op.family, x.dtype) is None:
+            raise TypeError(f"cuopjit::{name}: {first} is {x.dtype} and cuopjit has no {dtype_name(x.dtype)} "
+                            f"{op.family} kernels: pass float32 or float64 tensors")
+    return check
 
 
 def _impl(name: str, op: TorchOp) -> Callable:
@@ -144,6 +177,7 @@ def _impl(name: str, op: TorchOp) -> Callable:
     (the launches' own defaults are the schema's). A call seen before is a prepared launch (prepared.py)."""
     shape, run, Tensor, empty_like = op.shape, op.run, torch.Tensor, torch.empty_like
     table = Table(op.weights) if op.prepared else None
+    check = checker(name, op)
 
     def slow(args: tuple, kwargs: dict) -> torch.Tensor:
         given = args
@@ -152,9 +186,8 @@ def _impl(name: str, op: TorchOp) -> Callable:
             kwargs = {k: v.contiguous() if isinstance(v, Tensor) and not v.is_contiguous() else v
                       for k, v in kwargs.items()}
         copied = any(a is not b for a, b in zip(args, given))
+        check(args, kwargs)
         x = args[0]
-        if x.dtype not in NP:
-            _check(name, x)
         ordinal = x.get_device()
         if driver.current_ordinal() != ordinal:
             driver.set_device(ordinal)
@@ -184,8 +217,10 @@ def _impl(name: str, op: TorchOp) -> Callable:
 
 
 def _fake(name: str, op: TorchOp) -> Callable:
+    check = checker(name, op)
+
     def fake(*args: Any, **kwargs: Any) -> torch.Tensor:
-        _check(name, args[0])
+        check(args, kwargs)
         return args[0].new_empty(tuple(op.shape(*args, **kwargs)))
     return fake
 

@@ -8,6 +8,8 @@
     conv2d(x, weight, bias=None, stride=[1, 1], padding=[0, 0], dilation=[1, 1], groups=1)   as F.conv2d (NCHW)
     gemm(a, b, trans_a=False, trans_b=False, alpha=1.0)
 
+Every op takes float32 and float64 tensors, and float16 / bfloat16 where its family has 16-bit classes (GEMM,
+MatMul, BatchMatMul, GEMV, Convolution2D: all of these): one dtype for every operand.
 Weights (linear's, gemv's matrix, conv2d's weight and bias) reach the operator through `hold`: set once
 per tensor, not per call. The GEMM-family operators read their weights where they lie (a held weight is a view),
 so one operator serves every weight of a setting, and a prepared call passes the weight's pointer as it passes
@@ -105,11 +107,14 @@ def _conv2d(out, s, x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilatio
 
 PRODUCTS: dict[str, TorchOp] = {
     "gemm": TorchOp("(Tensor a, Tensor b, bool trans_a=False, bool trans_b=False, float alpha=1.0) -> Tensor",
-                    _gemm_shape, _gemm),
-    "linear": TorchOp("(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor", _linear_shape, _linear),
-    "matmul": TorchOp("(Tensor a, Tensor b) -> Tensor", _matmul_shape, _matmul),
-    "bmm": TorchOp("(Tensor a, Tensor b) -> Tensor", lambda a, b: (a.shape[0], a.shape[1], b.shape[2]), _bmm),
-    "gemv": TorchOp("(Tensor a, Tensor x, bool trans=False) -> Tensor", _gemv_shape, _gemv),
+                    _gemm_shape, _gemm, family="gemm"),
+    "linear": TorchOp("(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor", _linear_shape, _linear,
+                      family="gemm"),
+    "matmul": TorchOp("(Tensor a, Tensor b) -> Tensor", _matmul_shape, _matmul, family="matmul"),
+    "bmm": TorchOp("(Tensor a, Tensor b) -> Tensor", lambda a, b: (a.shape[0], a.shape[1], b.shape[2]), _bmm,
+                   family="batchmatmul"),
+    "gemv": TorchOp("(Tensor a, Tensor x, bool trans=False) -> Tensor", _gemv_shape, _gemv, family="gemv"),
     "conv2d": TorchOp("(Tensor x, Tensor weight, Tensor? bias=None, int[2] stride=[1, 1], int[2] padding=[0, 0], "
-                      "int[2] dilation=[1, 1], int groups=1) -> Tensor", _conv_shape, _conv2d, weights=(1, 2)),
+                      "int[2] dilation=[1, 1], int groups=1) -> Tensor", _conv_shape, _conv2d, weights=(1, 2),
+                      family="conv2d"),
 }

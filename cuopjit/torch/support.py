@@ -1,9 +1,11 @@
 """Which described nodes cuopjit can run: `check(call, ctx)` gives None, or why the node stays torch.
 
 A node runs on cuopjit when its output is one float32 or float64 tensor of static shape on the
-backend's device (CUDA; the CPU tests plan for "cpu"), every tensor operand has that dtype and
-device, and its arguments are ones the kernel takes (per op below: weights that are parameters or
-buffers, integer windows, no ceil_mode, ...). `Context` holds what the checks read: each node's
+backend's device (CUDA; the CPU tests plan for "cpu"), or a float16 / bfloat16 one where the op's
+operator family (FAMILY) has 16-bit classes (one without them stays torch, said so), every tensor
+operand has that dtype and device (float32 operands of a 16-bit output, torch.autocast's casts,
+stay torch), and its arguments are ones the kernel takes (per op below: weights that are parameters
+or buffers, integer windows, no ceil_mode, ...). `Context` holds what the checks read: each node's
 fake value (node.meta["val"]), the graph's constants (parameters and buffers, whether Dynamo passes
 them as placeholders or the graph holds them as attributes or modules) and the nodes' order.
 """
@@ -18,9 +20,13 @@ import torch
 import torch.fx as fx
 
 from . import fused_attention
+from .common import HALF, NP, dtype_name, operator_class
 from .nodes import ELEMENTWISE, Call
 
-FLOATS = (torch.float32, torch.float64)
+# the operator family each op runs on (its 16-bit classes decide whether a half-precision node runs)
+FAMILY = {"conv2d": "conv2d", "linear": "gemm", "matmul": "matmul", "bmm": "batchmatmul", "baddbmm": "batchmatmul",
+          "softmax": "softmax", "layer_norm": "layernorm", "attention": "attention", "max_pool2d": "maxpool2d",
+          "avg_pool2d": "avgpool2d", "adaptive_avg_pool2d": "avgpool2d", **{op: "elementwise" for op in ELEMENTWISE}}
 
 
 @dataclass
@@ -210,12 +216,19 @@ def check(call: Call, ctx: Context) -> str | None:
         return f"{call.op} does not give one tensor"
     if not _static(out):
         return f"{call.op} of dynamic shape {list(out.shape)}"
-    if out.dtype not in FLOATS:
-        return f"{call.op} on {str(out.dtype).replace('torch.', '')} (cuopjit runs float32 and float64)"
+    if out.dtype not in NP:
+        return f"{call.op} on {dtype_name(out.dtype)} (cuopjit runs float32, float64, float16 and bfloat16)"
+    if out.dtype in HALF and operator_class(FAMILY[call.op], out.dtype) is None:
+        dt = dtype_name(out.dtype)
+        return f"{call.op} in {dt} (cuopjit has no {dt} {FAMILY[call.op]} kernels)"
     if out.device.type != ctx.device:
         return f"{call.op} on {out.device.type}, not {ctx.device}"
     for name, v in call.args.items():
         t = ctx.val(v) if isinstance(v, (fx.Node, torch.Tensor)) else None
+        if isinstance(t, torch.Tensor) and t.dtype == torch.float32 and out.dtype in HALF:
+            dt = dtype_name(out.dtype)
+            return (f"{call.op} of float32 {name} to a {dt} output (torch.autocast's casts): stays torch; "
+                    f"convert the model with .to(torch.{dt}) to run it on cuopjit")
         if t is not None and (not isinstance(t, torch.Tensor) or t.dtype != out.dtype
                               or t.device.type != out.device.type or not _static(t)):
             what = type(t).__name__ if not isinstance(t, torch.Tensor) else _where(t)

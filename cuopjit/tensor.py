@@ -79,10 +79,18 @@ class Tensor:
     def _view(cls, ptr: int, shape: tuple[int, ...], dtype: np.dtype, device: int, owner: Any,
               layout: str = CONTIGUOUS) -> "Tensor":
         """A Tensor over memory that `owner` keeps alive (None: the caller keeps it alive)."""
-        t = object.__new__(_CLASSES[dtype])
-        t.shape, t.dtype, t.size, t.ptr, t.device, t.layout = shape, dtype, math.prod(shape), ptr, device, layout
-        t.plan_key = _plan_key(shape, dtype, device, ptr, layout)
-        t._nbytes, t._owner, t._owns = t.size * dtype.itemsize, owner, False
+        t = object.__new__(_CLASSES[dtype])     # one statement per slot, the plan key's probe inline: this
+        t.shape = shape                          # runs in every cuopjit.tensor(torch_tensor)
+        t.dtype = dtype
+        t.ptr = ptr
+        t.device = device
+        t.layout = layout
+        t.size = size = math.prod(shape)
+        found = _PLAN_KEYS.get((shape, dtype.char, device, ptr & 15, layout))
+        t.plan_key = found if found is not None else _plan_key(shape, dtype, device, ptr, layout)
+        t._nbytes = size * dtype.itemsize
+        t._owner = owner
+        t._owns = False
         return t
 
     # --- properties -------------------------------------------------------------------------

@@ -117,3 +117,29 @@ def test_operators_without_a_plan_memo_always_take_forward():
     for x, y in _calls(3):
         warm(0, (x, y), {})
     assert op.forwards == 3 and warm.tries == warm_module._TRIES
+
+
+class OwnRunner:
+    """A runner of the backend's own (fused_attention.Runner's surface): `bound` says the launch it made."""
+
+    def __init__(self, copies: bool = False):
+        self.forwards, self.launches, self.copies = 0, [], copies
+        self.launch = lambda pointers, stream: self.launches.append((pointers, stream))   # one object: a memo's runner
+
+    def forward(self, *args, stream=None, **kwargs):
+        self.forwards += 1
+        self.launch(tuple(a.data_ptr() for a in args), stream)
+
+    def bound(self, *args, **kwargs):
+        return None if self.copies else (self.launch, tuple(a.data_ptr() for a in args))
+
+
+@pytest.mark.parametrize("copies", [False, True])
+def test_a_runner_that_says_its_launch_is_trusted_unless_it_copies(copies):
+    runner = OwnRunner(copies)
+    warm = Warm(runner, object())
+    calls = _calls(4, 3)
+    for q, k, v in calls:
+        warm(5, (q, k, v), {"scale": 0.5})
+    assert runner.forwards == (4 if copies else 2) and warm.trusted is not copies
+    assert runner.launches == [(tuple(t.data_ptr() for t in c), 5) for c in calls]

@@ -8,11 +8,15 @@ name `gemm.cu.jinja(123)`, not a line of generated text.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from pathlib import Path
 from typing import Any, Mapping
 
 import jinja2
+
+from ..cache import trust
+from ..config import get_default_global_jit_config
 
 _MARK = re.compile("\x01([^:\x02]+):(\\d+)\x02")
 _STATEMENT_LINE = re.compile(r"^\s*(\{%.*%\}|\{#.*#\})\s*$")
@@ -41,11 +45,42 @@ class _MarkingLoader(jinja2.FileSystemLoader):
         return "\n".join(out), filename, uptodate
 
 
+class _Bytecode(jinja2.FileSystemBytecodeCache):
+    """Compiled templates kept beside the kernel cache, checked against their source (Jinja otherwise parses
+    and compiles every template in each process: most of a warm-cache first result's rendering time). They are
+    Python code, so they load under the kernel cache's rule (cache.trust: the directory and the file owned by
+    you or root, written by no one else); an untrusted, unreadable or damaged entry is compiled again from the
+    template, and a directory that cannot be written keeps nothing."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            if trust.check_path(Path(self.directory)) is not None:
+                return
+            with open(self._get_cache_filename(bucket), "rb") as f:
+                if trust.untrusted_reason(Path(f.name), os.fstat(f.fileno())) is None:
+                    bucket.load_bytecode(f)
+        except Exception:  # noqa: BLE001  missing or damaged: compiled from the template as without a cache
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
+def _bytecode_cache() -> _Bytecode | None:
+    config = get_default_global_jit_config()
+    return _Bytecode(str(config.resolved_cache_dir() / "templates")) if config.enable_caching else None
+
+
 @functools.cache
 def environment() -> jinja2.Environment:
     """The one Jinja environment: strict about undefined parameters, block tags leave no blank lines."""
     return jinja2.Environment(
         loader=_MarkingLoader(str(templates_dir())),
+        bytecode_cache=_bytecode_cache(),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -60,9 +60,10 @@ def source(spec: KernelSpec) -> str:
     return codegen.render(spec.template, {**dict(spec.params), "max_registers": spec.max_registers})
 
 
-def _options(spec: KernelSpec, arch: str) -> compiler.CompileOptions:
+def _options(spec: KernelSpec, arch: str, debug: bool | None = None) -> compiler.CompileOptions:
+    debug = get_default_global_jit_config().debug() if debug is None else debug
     return compiler.CompileOptions(arch=compile_arch(spec, arch), optimization_level=spec.optimization_level,
-                                   max_registers=spec.max_registers, debug=get_default_global_jit_config().debug())
+                                   max_registers=spec.max_registers, debug=debug)
 
 
 def compile_fresh(spec: KernelSpec, arch: str, entry: EntrySpec | None = None) -> compiler.Compiled:
@@ -75,10 +76,20 @@ def compile_fresh(spec: KernelSpec, arch: str, entry: EntrySpec | None = None) -
 
 
 def entry_spec(spec: KernelSpec, arch: str) -> EntrySpec:
-    """The cache's view of a spec for one architecture (renders the source)."""
-    options = _options(spec, arch)
+    """The cache's view of a spec for one architecture (renders the source; the last few are memoised, so a
+    cache probe followed by the build renders once). An unhashable spec is rendered every time."""
+    key = (spec, arch, get_default_global_jit_config().debug(), compiler.nvrtc_version())
+    try:
+        return _entry_spec(*key)
+    except TypeError:
+        return _entry_spec.__wrapped__(*key)
+
+
+@functools.lru_cache(maxsize=256)
+def _entry_spec(spec: KernelSpec, arch: str, debug: bool, nvrtc_version: str) -> EntrySpec:
+    options = _options(spec, arch, debug)
     return EntrySpec(name=f"{spec.name}_{options.arch.replace('_', '')}", source=source(spec),
-                     options=options.flags(), arch=options.arch, nvrtc_version=compiler.nvrtc_version(),
+                     options=options.flags(), arch=options.arch, nvrtc_version=nvrtc_version,
                      template=spec.template, params=tuple((k, str(v)) for k, v in spec.params))
 
 

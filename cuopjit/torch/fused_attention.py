@@ -19,10 +19,9 @@ from torch.fx.proxy import Proxy
 from .. import target as targets
 from ..config import JITConfig, RunSettings
 from ..device import driver
-from ..ops import FAMILIES
 from ..ops.attention.operator import problem_of
 from ..run import executor
-from .common import TorchOp, forward, instance, view
+from .common import HALF, TorchOp, forward, instance, make_operator, view
 
 MEMO_LIMIT = 64
 
@@ -67,10 +66,11 @@ def _dims(t: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, int, int]]:
 
 class Runner:
     """`forward(q, k, v, out, stream, scale, causal)` on torch CUDA tensors as they lie (D contiguous, else
-    copied); out [batch, heads, Lq, D] contiguous, or [batch, Lq, heads, D] with `heads_last`."""
+    copied); out [batch, heads, Lq, D] contiguous, or [batch, Lq, heads, D] with `heads_last`. `bound` tells
+    warm.Warm the launch a forward made, so a compiled graph's attention launches from its pointer recipe."""
 
     def __init__(self, dtype: torch.dtype, tensor_cores: bool, heads_last: bool):
-        self.op = FAMILIES["attention"][0 if dtype == torch.float32 else 1]()
+        self.op = make_operator("attention", dtype)
         self.config = JITConfig()
         self.config.enable_tensor_core = tensor_cores
         self.settings = RunSettings.of(self.config.snapshot())
@@ -84,6 +84,12 @@ class Runner:
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, stream: int = 0,
                 scale: float | None = None, causal: bool = False) -> torch.Tensor:
         q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+        run, pointers = self._runner(q, k, v, out, scale, causal)
+        run(pointers, stream)
+        return out
+
+    def _runner(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, scale: float | None,
+                causal: bool) -> tuple[Any, tuple]:
         o = out.transpose(1, 2) if self.heads_last else out
         ops = (q, k, v, o)
         pointers = tuple(t.data_ptr() for t in ops)
@@ -94,8 +100,16 @@ class Runner:
             if len(self.memo) >= MEMO_LIMIT:
                 self.memo.clear()
             self.memo[key] = run
-        run(pointers, stream)
-        return out
+        return run, pointers
+
+    def bound(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, scale: float | None = None,
+              causal: bool = False) -> tuple[Any, tuple] | None:
+        """(the launch `forward` just made for these operands, the pointers it packed): warm.Warm's recipe. None
+        where forward copied an operand (its pointer is no operand's) or loaded nothing."""
+        if any(t.stride(-1) != 1 for t in (q, k, v)):
+            return None
+        run, pointers = self._runner(q, k, v, out, scale, causal)
+        return None if run is executor.NOTHING else (run, pointers)
 
     def _load(self, ops: tuple, pointers: tuple, scale: float | None, causal: bool) -> Any:
         dims = [_dims(t) for t in ops]
@@ -117,7 +131,7 @@ def setup(head: Any, a: dict, tf32: dict[str, bool]) -> str:
     head.run = Runner(head.dtype, head.tensor_cores, bool(a["heads_last"]))
     head.op = head.run.op
     head.kwargs = {"scale": a["scale"], "causal": bool(a["causal"])}
-    how = "TF32" if head.tensor_cores else "exact"
+    how = "TF32" if head.tensor_cores else "16-bit tensor cores" if head.dtype in HALF else "exact"
     return f"{type(head.op).__name__}({'causal, ' if a['causal'] else ''}{how})"
 
 

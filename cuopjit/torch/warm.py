@@ -9,7 +9,8 @@ passes (by position) or a fixed address (the operator's weights, packed epilogue
 trusted once a second call at other addresses packs exactly what it predicts; from then on a call is a
 few `data_ptr()` reads and one packed launch instead of the whole warm path per node (H100 host,
 ViT-B/16 TF32 through the backend: 13.8 ms a forward before, most of it this path). A kernel whose
-pointers the recipe does not predict (after a few tries) keeps calling `forward`.
+pointers the recipe does not predict (after a few tries) keeps calling `forward`. A runner of the backend's
+own (fused_attention.Runner: no operator plan memo) says its launch itself, through its `bound`.
 
 Everything else a kernel passes (strides, padding, axis, bound epilogue operands) is fixed when it is
 built, as are the shapes, strides and dtypes of a static graph's values.
@@ -75,10 +76,16 @@ class Warm:
 
     def _bound(self, args: tuple, kwargs: dict) -> tuple[Callable, tuple] | None:
         """(the runner the forward just launched, the pointers it packed), where the operator can say them."""
+        own = getattr(self.run, "bound", None)     # a runner of the backend's own (fused_attention.Runner)
+        if own is not None:
+            try:
+                return own(*args, **kwargs)
+            except (LookupError, AttributeError, TypeError, ValueError):
+                return None
         memo = getattr(self.op, "memo", None)     # stand-in operators (tests) have no plan memo
         swapped = operands(args, kwargs) if memo is not None else None
         settings = DEFAULT if self.run is self.op else getattr(self.run, "run_settings", None)
-        if swapped is None or settings is None:   # a runner of the backend's own memoises its launches itself
+        if swapped is None or settings is None:
             return None
         try:
             key, pointers, _ = self.op.bind(*swapped[0], **swapped[1])

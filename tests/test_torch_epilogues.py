@@ -29,6 +29,15 @@ class Mlp(nn.Module):
         return F.relu(self.l2(h) + x), self.l3(h) + self.pos, F.relu6(self.l3(h) * 2.0)
 
 
+class _LinearResidualSilu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(8, 8)
+
+    def forward(self, x, r):
+        return F.silu(self.l(x) + r)
+
+
 def _fits(model, xs, tensor_cores):
     """{group kind + first node: Epilogue text or the reason} of the plan's product groups."""
     p = fusion.plan(*capture(model, *xs), "cpu")
@@ -51,10 +60,16 @@ def test_exact_kernels_take_every_tail_that_fits_as_their_epilogue():
 
 
 def test_tensor_core_kernels_take_only_cheap_epilogues():
+    # a float32 linear's TF32 kernel applies a bias + GELU in registers; 16 bits or a residual: cheap ops only
     fits = _fits(Mlp().eval(), [torch.randn(2, 5, 8)], tensor_cores=True)
-    assert list(fits.values())[:2] == [
+    assert list(fits.values())[:2] == ["gelu((acc + k0))", "relu(((acc + k0) + x0))"]
+    half = _fits(Mlp().eval().to(torch.bfloat16), [torch.randn(2, 5, 8, dtype=torch.bfloat16)], tensor_cores=True)
+    assert list(half.values())[:2] == [
         "gelu on a tensor-core kernel costs more in its epilogue than as an elementwise pass",
         "relu(((acc + k0) + x0))"]
+    residual = _fits(_LinearResidualSilu().eval(), [torch.randn(4, 8), torch.randn(4, 8)], tensor_cores=True)
+    assert list(residual.values()) == [
+        "silu on a tensor-core kernel costs more in its epilogue than as an elementwise pass"]
     block = _fits(Block().eval(), [torch.randn(2, 8, 9, 9)], tensor_cores=True)
     assert list(block.values()) == [     # a residual stays out of a tensor-core convolution's epilogue
         "nothing to fuse", "an output-shaped operand in a tensor-core convolution's epilogue is read across its "
@@ -74,7 +89,7 @@ def test_attention_scores_take_the_softmax_scale_and_products_their_bias():
                          ids=["mlp", "block"])
 def test_graphs_with_epilogues_compute_what_eager_does(model, x, monkeypatch):
     model = model.eval()
-    monkeypatch.setattr(kernels, "FAMILIES", _Ref.families())
+    monkeypatch.setattr(kernels, "make_operator", _Ref.make)
     gm, ex = capture(model, x)
     p = fusion.plan(gm, ex, "cpu")
     report = ct.report.new_report({})
@@ -95,7 +110,7 @@ def test_graphs_with_epilogues_compute_what_eager_does(model, x, monkeypatch):
 def test_prebuild_samples_are_the_forwards_the_kernels_will_run(monkeypatch):
     """Each kernel's samples plan its operators on the graph's shapes (a linear's as its [rows, k] GEMM, an
     epilogue's run-time operand as the operator reads it)."""
-    monkeypatch.setattr(kernels, "FAMILIES", _Ref.families())
+    monkeypatch.setattr(kernels, "make_operator", _Ref.make)
     gm, ex = capture(Mlp().eval(), torch.randn(2, 5, 8))
     p = fusion.plan(gm, ex, "cpu")
     built = backend.rewrite(p, kernels.Launch(), {"conv": False, "matmul": False}, ct.report.new_report({}))

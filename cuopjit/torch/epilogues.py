@@ -10,11 +10,12 @@ and how: an `Epilogue`, or why not (the report shows it). It may when
 - the program's output has the head's shape (no broadcast past it) and every tensor operand is of a kind
   the epilogue takes against the product's output (cuopjit.expr.infer_kind: per column / channel, per row,
   or the output's shape; a linear's operands are seen against its [rows, n] matrix);
-- the cost rule holds. A kernel on tensor cores (TF32) inlines the expression at each of its many
+- the cost rule holds. A kernel on tensor cores (TF32, 16-bit) inlines the expression at each of its many
   accumulators (a wgmma thread holds 128): there only the cheap ops fuse (TENSOR_CORE_OPS: arithmetic,
   relu, hardtanh / ReLU6, eval BatchNorm, residuals), since a GELU / SiLU / sigmoid / tanh epilogue cost
   the H100 1.2-3.4x the GEMM alone where a separate elementwise pass costs its bytes at copy speed
-  (benchmarks/fusion.py, NOTES "26"); and a tensor-core convolution takes no output-shaped operand (a
+  (benchmarks/fusion.py, NOTES "26"), except on a float32 linear with per-column / per-row
+  operands only (a bias), whose TF32 kernel applies the expression in registers (1.00-1.04x); and a tensor-core convolution takes no output-shaped operand (a
   residual): its tile reads it across NCHW rows (H100, ResNet-50 batch 32 TF32: 13.9 ms with residual
   epilogues, 4.4-5.0 ms without; MobileNet-V2 15.2 against 4.3 ms; GEMMs gain: the encoder layer 0.51
   against 0.59 ms). The exact kernels (fp32 SIMT, float64) fuse every op (1.00-1.08x the product alone).
@@ -105,12 +106,11 @@ def fit(group: Group, ctx: Context, tensor_cores: bool, conv_bias: torch.Tensor 
         return "nothing to fuse"
     if tuple(ctx.val(group.output).shape) != tuple(ctx.val(head.node).shape):
         return "the program's output is larger than the product's"
-    if tensor_cores:
-        costly = sorted({c.op for c in group.tail} - TENSOR_CORE_OPS)
-        if costly:
-            return (f"{', '.join(costly)} on a tensor-core kernel costs more in its epilogue than as an "
-                    "elementwise pass")
     kinds = _kinds(p, group, ctx)
+    costly = sorted({c.op for c in group.tail} - TENSOR_CORE_OPS) if tensor_cores else []
+    if costly and not _in_registers(group, ctx, kinds):
+        return (f"{', '.join(costly)} on a tensor-core kernel costs more in its epilogue than as an "
+                "elementwise pass")
     if isinstance(kinds, str):
         return kinds
     if tensor_cores and head.op == "conv2d" and any(kind == FULL for kind, _ in kinds.values()):
@@ -119,6 +119,14 @@ def fit(group: Group, ctx: Context, tensor_cores: bool, conv_bias: torch.Tensor 
     bound = {n: _shaped(t, kinds[n][1]) for n, t in p.constants.items()}
     runtime = dict(p.runtime)
     return Epilogue(p.text.split("=", 1)[1].strip(), bound, runtime, {n: kinds[n][1] for n in runtime})
+
+
+def _in_registers(group: Group, ctx: Context, kinds: dict | str) -> bool:
+    """Whether a TF32 GEMM applies this epilogue on its accumulators in registers (a float32 linear
+    whose operands are per column or per row: no residual to stage), where GELU / SiLU / sigmoid / tanh cost
+    1.00-1.04x the GEMM alone (benchmarks/fusion.py, NOTES "26 — epilogues in registers")."""
+    return (group.head.op == "linear" and ctx.val(group.output).dtype == torch.float32
+            and not isinstance(kinds, str) and all(kind in (PER_COLUMN, PER_ROW) for kind, _ in kinds.values()))
 
 
 def _shaped(t: torch.Tensor, shape: tuple[int, ...] | None) -> torch.Tensor:

@@ -6,7 +6,8 @@ GEMM + bias + GELU / SiLU / ReLU at the BERT FFN shapes (a Linear layer, C[M,N] 
 4096x3072x768 and 4096x768x3072), "fp32" (the exact SIMT kernel) and "tf32" (enable_tensor_core=True: wgmma on
 the H100), against the same GEMM alone (same config, alpha 1, beta 0): goal <= 3% slower. Conv2D + folded
 BatchNorm + ReLU, relu(acc * scale + shift), and with a residual, relu(acc * scale + shift + residual), on two
-ResNet-50 layers at batch 32 (NCHW), fp32 and tf32, against the conv alone: goal <= 5% slower. Each conv row also
+ResNet-50 layers at batch 32, NCHW and channels_last ("cl": x, y and the residual, as the torch backend runs
+them), fp32 and tf32, against the conv alone: goal <= 5% slower. Each conv row also
 prints its floor: max(bytes / the device's copy bandwidth measured in this run, flops / the H100 SXM's dense peak
 (fp32 67, TF32 495 TFLOP/s)), bytes = x + weight + y (+ the residual: as much again as y) + the per-channel
 operands, each once; on a memory-bound layer (1x1 64->256 at 56^2) a residual the size of y raises the floor itself,
@@ -91,8 +92,11 @@ def gemm_cases() -> list[dict]:
 def conv_cases() -> list[dict]:
     """One case per (layer, mode, epilogue): the conv with folded BatchNorm + ReLU (+ residual), and alone."""
     out = []
-    for name, (n, c, h, w, k, kh, kw, st, pad) in RESNET:
+    for (name, (n, c, h, w, k, kh, kw, st, pad)), cl in [(r, cl) for cl in (False, True) for r in RESNET]:
+        layout = "channels_last" if cl else "contiguous"
+        name = name + (" cl" if cl else "")
         x = cuopjit.random((n, c, h, w), seed=4)
+        x = cuopjit.channels_last(x) if cl else x
         wt = cuopjit.random((k, c, kh, kw), seed=5, std=1 / math.sqrt(c * kh * kw))
         scale, shift = cuopjit.random((k,), seed=6, mean=1.0, std=0.1), cuopjit.random((k, 1, 1), seed=7)
         for mode, fields in MODES.items():
@@ -100,9 +104,10 @@ def conv_cases() -> list[dict]:
             plain.set_weight(wt)
             shape = plain.output_shape((n, c, h, w), pad_h=pad, pad_w=pad)
             residual = cuopjit.random(shape, seed=8)
+            residual = cuopjit.channels_last(residual) if cl else residual
             jplain = cuopjit.JITConvolution2DFloat(plain)
             jplain.set_jit_config(_config(fields))
-            y_plain = cuopjit.empty(shape)
+            y_plain = cuopjit.empty(shape, layout=layout)
             for expr in (BN_RELU, BN_RELU_RESIDUAL):
                 fused = cuopjit.Convolution2DFloat(c, k, kh, kw, st, st)
                 fused.set_weight(wt)
@@ -111,7 +116,7 @@ def conv_cases() -> list[dict]:
                 jfused.set_jit_config(_config(fields))
                 per_call = {"residual": residual} if "residual" in expr else {}
                 pads = {"pad_h": pad, "pad_w": pad}
-                y_fused = cuopjit.empty(shape)
+                y_fused = cuopjit.empty(shape, layout=layout)
                 base = 4 * (n * c * h * w + k * c * kh * kw + math.prod(shape))
                 out.append({"family": "conv2d", "name": f"{name} {mode} +bn+relu" + ("+res" if per_call else ""),
                             "mode": mode, "shape": [n, c, h, w, k, kh, kw, st, pad], "epilogue": expr,

@@ -57,8 +57,11 @@ def without(ops: Iterable[str], dtypes: Iterable[str]) -> str:
     ops, notes = list(ops), []
     for dt in dtypes:
         have = [op for op in ops if dt in CLASSES[op]]
-        if len(have) < len(ops):
-            notes.append(f"{dt} only for {', '.join(have) or 'no family'} (the other {len(ops) - len(have)} "
+        lack = [op for op in ops if dt not in CLASSES[op]]
+        if lack and len(lack) < len(have):      # name the shorter list
+            notes.append(f"{dt}: {', '.join(lack)} {'has' if len(lack) == 1 else 'have'} no {dt} kernels (skipped)")
+        elif lack:
+            notes.append(f"{dt} only for {', '.join(have) or 'no family'} (the other {len(lack)} "
                          f"families have no {dt} kernels)")
     return "; ".join(notes)
 

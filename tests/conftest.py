@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import ml_dtypes
@@ -107,6 +108,16 @@ def family_plans(family, fields: dict, t) -> list:
     """The plans of every representative problem of `family` under a config with `fields`, for target `t`."""
     cfg = make_config(**fields).snapshot()
     return [family.default_plan(p, cfg, t) for p in family.problems()]
+
+
+def compiles_without_spills(specs, arch: str, workers: int = 2) -> None:
+    """Each kernel spec compiles for `arch` (NVRTC, `workers` at a time, nothing stored) to a cubin that spills no
+    register."""
+    from cuopjit.build import pipeline
+    specs = list(specs)
+    with ThreadPoolExecutor(workers) as pool:
+        for spec, (cubin, info) in zip(specs, pool.map(lambda s: pipeline.build(s, arch, persistent=False), specs)):
+            assert cubin[:4] == b"\x7fELF" and info.spill_bytes == 0, f"{spec.name} spills {info.spill_bytes} B on {arch}"
 
 
 def build_once(plans, t) -> None:

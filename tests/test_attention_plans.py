@@ -4,19 +4,17 @@ without spills (a few variants, built in a thread pool)."""
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 import cuopjit
-from cuopjit.build import pipeline
 from cuopjit.ops import CLASSES, FAMILIES, HALF_CLASSES
 from cuopjit.ops.attention import plans
 from cuopjit.ops.attention.operator import problem_of
 from cuopjit.target import NAMED, named
 
-from conftest import make_config
+from conftest import compiles_without_spills, make_config
 
 F32 = np.dtype(np.float32)
 CONTIG = ((64 * 8, 0, 8),) * 4
@@ -109,7 +107,4 @@ def test_representative_kernels_compile_without_spills(arch):
     for dtype, d, causal, aligned, fields in _COMPILED:
         p = plans.contiguous(dtype, 4, 100, 100, d, causal, None, aligned)
         specs += plans.FAMILY.default_plan(p, make_config(**fields).snapshot(), t).specs
-    with ThreadPoolExecutor(4) as pool:
-        built = list(pool.map(lambda s: pipeline.build(s, arch, persistent=False), specs))
-    for spec, (cubin, info) in zip(specs, built):
-        assert cubin[:4] == b"\x7fELF" and info.spill_bytes == 0, f"{spec.name} spills {info.spill_bytes} B on {arch}"
+    compiles_without_spills(specs, arch, workers=4)

@@ -24,11 +24,10 @@ from cuopjit.ops import HALF_CLASSES
 from cuopjit.ops.conv2d import plans as ck
 from cuopjit.prewarm import kernels_to_build, representative_plans
 from cuopjit.target import named, of_device
-from cuopjit.tensor import Tensor
 
-from conftest import check_guards, guarded, make_config
+from conftest import check_guards, compiles_without_spills, make_config
 from test_conv2d import _reference
-from test_conv2d_layouts import RESNET50
+from test_conv2d_layouts import RESNET50, _guarded, _tensor
 
 SM80, SM90 = named("sm_80"), named("sm_90")
 P = ck.ConvProblem
@@ -121,10 +120,7 @@ def test_representative_half_kernels_compile_without_spills(arch):
     specs = sorted(_representative(arch), key=lambda s: s.name)
     assert any("_f16_" in s.name for s in specs) and any("_bf16_" in s.name for s in specs)
     assert any(s.kernel == "conv2d_wgmma" for s in specs) == (arch == "sm_90a")
-    with ThreadPoolExecutor(2) as pool:
-        built = list(pool.map(lambda s: (s.name, pipeline.build(s, arch, persistent=False)), specs))
-    for name, (cubin, info) in built:
-        assert cubin[:4] == b"\x7fELF" and info.spill_bytes == 0, f"{name} spills {info.spill_bytes} B on {arch}"
+    compiles_without_spills(specs, arch)
 
 
 def test_float_kernels_never_see_the_16_bit_paths():
@@ -146,17 +142,6 @@ def test_prewarm_builds_what_the_half_conv_plans_need(cache_dir, capsys):
 
 
 # --- GPU ---------------------------------------------------------------------------------------------------
-def _tensor(a: np.ndarray, nhwc: bool) -> Tensor:
-    t = cuopjit.empty(a.shape, a.dtype, "channels_last" if nhwc else "contiguous")
-    return t.copy_from(a)
-
-
-def _guarded(shape, dtype, nhwc: bool) -> Tensor:
-    g = guarded(shape, dtype)
-    return Tensor._view(g.ptr, tuple(shape), np.dtype(dtype), g.device, g._owner,
-                        layout="channels_last" if nhwc else "contiguous") if nhwc else g
-
-
 def _ints(rng, shape, dtype, top=2):
     """Integers in [-top, top]: exact in 16 bits, their products and float32 sums exact too."""
     return rng.integers(-top, top + 1, shape).astype(np.float32).astype(NP[dtype])

@@ -21,7 +21,7 @@ from cuopjit.recipes import placeholder
 from cuopjit.target import named, of_device
 from cuopjit.tensor import Tensor
 
-from conftest import check_guards, guarded, make_config
+from conftest import check_guards, compiles_without_spills, guarded, make_config
 from test_conv2d import MODES, _reference
 
 SM80, SM90 = named("sm_80"), named("sm_90")
@@ -136,9 +136,7 @@ def test_every_layout_variant_compiles_without_spills(arch):
             # the pick and the next convolution kernel (the GEMM family's tuning candidates are its own tests')
             for c in found[:1] + [c for c in found[1:] if not isinstance(c, gemm_route.GemmRouteChoice)][:1]:
                 specs.update(dict.fromkeys(ck.FAMILY.plan(p, c, t).specs))
-    with ThreadPoolExecutor(2) as pool:
-        for spec, (cubin, info) in zip(specs, pool.map(lambda s: pipeline.build(s, arch, persistent=False), specs)):
-            assert cubin[:4] == b"\x7fELF" and info.spill_bytes == 0, f"{spec.name} spills {info.spill_bytes} B"
+    compiles_without_spills(specs, arch)
 
 
 def test_layout_errors_name_each_operand():

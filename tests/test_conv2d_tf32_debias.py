@@ -7,7 +7,6 @@ NaN-poisoned outputs inside canaries: on positive data (where errors cannot canc
 norm-wise error within the per-product bound of x truncated and debiased, w rounded to nearest."""
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ from cuopjit.build import pipeline
 from cuopjit.ops.conv2d import gemm_route, plans as ck, wgmma as cw
 from cuopjit.target import named
 
-from conftest import check_guards, make_config
+from conftest import check_guards, compiles_without_spills, make_config
 from test_conv2d import _reference
 from test_conv2d_layouts import _guarded, _tensor
 
@@ -61,10 +60,7 @@ def test_debiased_builds_compile_for_sm90a_without_spills():
     cases = [(P("float32", 32, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, **NHWC), {}),
              (P("float32", 2, 64, 20, 20, 72, 3, 3, 1, 1, 1, 1, epilogue=RESIDUAL, **NHWC), {"tile_size": 64})]
     specs = [_conv_launch(p, **TF32, **fields).spec for p, fields in cases]
-    with ThreadPoolExecutor(2) as pool:
-        built = list(pool.map(lambda s: pipeline.build(s, "sm_90a", persistent=False), specs))
-    for spec, (cubin, info) in zip(specs, built):
-        assert cubin[:4] == b"\x7fELF" and info.spill_bytes == 0, f"{spec.name} spills {info.spill_bytes} B"
+    compiles_without_spills(specs, "sm_90a")
 
 
 # --- GPU ---------------------------------------------------------------------------------------------------

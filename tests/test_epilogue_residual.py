@@ -5,17 +5,15 @@ builds compile for sm_90a without spills."""
 from __future__ import annotations
 
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from cuopjit.build import pipeline
 from cuopjit.expr import epilogue_key, parse_epilogue
 from cuopjit.ops import epilogue
 from cuopjit.ops.conv2d import plans as ck, wgmma as cw
 from cuopjit.target import named
 
-from conftest import make_config
+from conftest import compiles_without_spills, make_config
 
 SM90 = named("sm_90")
 P = ck.ConvProblem
@@ -74,7 +72,4 @@ def test_staged_builds_compile_for_sm90a_without_spills():
                 P("float32", 2, 32, 10, 12, 40, 3, 3, ph=1, pw=1, epilogue=RESIDUAL, x_nhwc=True, y_nhwc=True)]
     specs = [_conv(p, **TF32, **({"tile_size": 64} if i == 3 else {})).spec for i, p in enumerate(problems)]
     assert all("_rt" in s.name for s in specs)
-    with ThreadPoolExecutor(2) as pool:
-        built = list(pool.map(lambda s: pipeline.build(s, "sm_90a", persistent=False), specs))
-    for spec, (cubin, info) in zip(specs, built):
-        assert cubin[:4] == b"\x7fELF" and info.spill_bytes == 0, f"{spec.name} spills {info.spill_bytes} B"
+    compiles_without_spills(specs, "sm_90a")

@@ -5,7 +5,6 @@ float32 kernels keeping their code, and `prewarm --dtype float16,bfloat16` build
 from __future__ import annotations
 
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -19,7 +18,7 @@ from cuopjit.prewarm import kernels_to_build, representative_plans
 from cuopjit.target import named
 
 from blas_emulate import fake
-from conftest import make_config
+from conftest import compiles_without_spills, make_config
 from half_maps import HALF
 
 SM90, SM80 = named("sm_90"), named("sm_80")
@@ -103,10 +102,7 @@ def test_representative_half_kernels_compile_without_spills(arch):
     specs = sorted(_representative(arch), key=lambda s: s.name)
     assert any("_f16_" in s.name for s in specs) and any("_bf16_" in s.name for s in specs)
     assert any("wgmma" in s.name for s in specs) == (arch == "sm_90a")
-    with ThreadPoolExecutor(2) as pool:
-        built = list(pool.map(lambda s: (s.name, pipeline.build(s, arch, persistent=False)), specs))
-    for name, (cubin, info) in built:
-        assert cubin[:4] == b"\x7fELF" and info.spill_bytes == 0, f"{name} spills {info.spill_bytes} B on {arch}"
+    compiles_without_spills(specs, arch)
 
 
 def test_float_kernels_never_see_the_16_bit_paths():

@@ -93,11 +93,11 @@ def test_every_plan_fits_every_target(arch):
 
 
 # float32 SIMT (8 x 4 scores: the most registers) and TF32 at D 64 (BERT), TF32 at 128, float64 at 128, an
-# unaligned causal odd D, float16 causal and bfloat16 at 128
+# unaligned causal odd D, float16 causal, bfloat16 at 64 and 128, float16 unaligned at D = 7
 _COMPILED = [("float32", 64, False, True, {}), ("float32", 64, True, True, {"enable_tensor_core": True}),
              ("float32", 128, False, True, {"enable_tensor_core": True}), ("float64", 128, False, True, {}),
              ("float32", 7, True, False, {"enable_tensor_core": True}), ("float16", 64, True, True, {}),
-             ("bfloat16", 128, False, True, {})]
+             ("bfloat16", 64, False, True, {}), ("bfloat16", 128, False, True, {}), ("float16", 7, True, False, {})]
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])

@@ -108,6 +108,7 @@ def _representative(arch):
     probs = [P("float16", 8, 64, 20, 20, 72, 3, 3, ph=1, pw=1, bias=True, relu=True, **NHWC),
              P("bfloat16", 8, 64, 20, 20, 64, 3, 3, 2, 2, 1, 1),
              P("float16", 8, 3, 32, 32, 64, 7, 7, 2, 2, 3, 3, bias=True, relu=True, **NHWC),
+             P("bfloat16", 8, 3, 33, 31, 32, 3, 3, 2, 2, 1, 1),              # a folded stem from NCHW x
              P("bfloat16", 8, 32, 9, 9, 32, 3, 3, ph=1, pw=1, groups=32, y_nhwc=True)]
     specs = {}
     for p in probs:

@@ -87,22 +87,32 @@ def test_without_an_epilogue_no_kernel_has_the_parameter():
 
 
 def test_the_wgmma_register_epilogue_takes_what_it_can():
-    """float32 C along Q (A @ W^T, P = A) with per-column / per-row / scalar operands runs the expression on the
-    accumulators (store_regs: no staging buffer in shared memory); c, an output-shaped operand or D = C^T (A @ B)
-    stage through shared memory. The register variants compile for sm_90a without spills."""
+    """float32 C along Q (A @ W^T, P = A) runs the expression on the accumulators (store_regs: no staging buffer in
+    shared memory) whatever its operands: per-column / per-row / scalar ones from shared memory, an output-shaped
+    one (a residual) and c loaded into registers ahead of the expression, one 8-byte load per pair where aligned;
+    D = C^T (A @ B) stages through shared memory. The register variants compile for sm_90a without spills: one
+    consumer (two blocks per SM, the 128-register cap), two consumers 256 wide, 3xTF32 on unaligned C."""
     t, cfg = named("sm_90"), make_config(enable_tensor_core=True).snapshot()
     regs = epilogue.make_key(parse_epilogue("silu(acc * s + bias) + t * rows"),
                              {"s": "scalar", "bias": "per_column", "t": "scalar", "rows": "per_row"})
+    residual = epilogue.make_key(parse_epilogue("relu(acc * scale + shift + residual)"),
+                                 {"scale": "per_column", "shift": "per_column", "residual": "full"})
+    x3 = make_config(precision="3xtf32").snapshot()
     cases = [(gemm_plans.packed("float32", 4096, 3072, 768, trans_b=True), regs, cfg, True),
-             (gemm_plans.packed("float32", 511, 403, 129, trans_b=True, aligned=False), regs,
-              make_config(precision="3xtf32").snapshot(), True),
-             (gemm_plans.packed("float32", 256, 200, 96, trans_b=True), KEY, cfg, False),
-             (gemm_plans.packed("float32", 256, 200, 96), regs, cfg, False)]
+             (gemm_plans.packed("float32", 511, 403, 129, trans_b=True, aligned=False), regs, x3, True),
+             (gemm_plans.packed("float32", 25088, 512, 128, trans_b=True), residual, cfg, True),
+             (gemm_plans.packed("float32", 4096, 3072, 768, trans_b=True), KEY, cfg, True),
+             (gemm_plans.packed("float32", 511, 403, 129, trans_b=True, aligned=False), KEY, x3, True),
+             (gemm_plans.packed("float32", 256, 200, 96), regs, cfg, False),
+             (gemm_plans.packed("float32", 256, 200, 96), KEY, cfg, False)]
     specs = []
     for p, key, c, expect in cases:
         problem = dataclasses.replace(p, epilogue=key)
         spec = next(s for s in gemm_plans.FAMILY.default_plan(problem, c, t).specs if "wgmma" in s.name)
         src = pipeline.source(spec)
         assert ("cj_epi.pair_from(" in src, "wbuf" in src) == (expect, not expect), spec.name
-        specs += [spec] if expect else []
+        if expect and key != regs:      # the residual (and c) in registers, both load widths
+            assert "cj_load_run(rf[j + RD]" in src and "cj_load(cj_epi.cj_p" in src, spec.name
+        specs += [spec] if expect and key != regs or p.m == 511 else []
+    assert any("_b2_" in s.name for s in specs) and any("x256x" in s.name for s in specs)
     compiles_without_spills(specs, t.arch)

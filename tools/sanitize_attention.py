@@ -35,7 +35,8 @@ for dtype, tensor_cores, tol in (("float32", False, 1e-5), ("float32", True, 2e-
         assert err < tol, (dtype, tensor_cores, b, lq, lk, d, causal, err, op.get_performance_profile().kernel_name)
 for dtype, cls, tol in ((np.float16, cuopjit.AttentionHalf, 1e-2), (ml_dtypes.bfloat16, cuopjit.AttentionBFloat16,
                                                                      1e-1)):
-    for (b, lq, lk, d), causal in ((((2, 70, 33, 64), True)), (((1, 33, 130, 7), False)), (((1, 40, 40, 128), True))):
+    for (b, lq, lk, d), causal in ((((2, 70, 33, 64), True)), (((1, 33, 130, 7), False)), (((1, 40, 40, 128), True)),
+                                   (((2, 150, 200, 64), False)), (((1, 200, 200, 40), True))):
         q, k, v = (rng.standard_normal((b, n, d)).astype(dtype) for n in (lq, lk, lk))
         out = cuopjit.empty((b, lq, d), np.dtype(dtype))
         cls().forward(cuopjit.tensor(q), cuopjit.tensor(k), cuopjit.tensor(v), out, causal=causal)

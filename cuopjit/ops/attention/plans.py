@@ -13,8 +13,8 @@ Kernels (the JITConfig mapping):
          (32 for D > 64) in two cp.async stages.
   mma16  float16 / bfloat16 (always): mma.sync m16n8k16 products of the stored operands summed in float32,
          softmax in float32, P rounded to the storage type for P·V (as FlashAttention), out rounded once.
-         4 warps of 16 query rows, 32 keys per tile (64 spill at D = 64) staged through registers (v
-         transposed).
+         K/V tiles of BN keys in two cp.async stages read by ldmatrix (.trans for v); MMA16_TILES has the
+         block shapes (query rows, keys per tile, warps) by head dim.
 kernel_type "simple" is the SIMT kernel (float32); enable_memory_coalescing=False reads and writes scalars instead of
 16-byte vectors; enable_loop_unroll=False compiles the loops over D and over keys with `unroll 1`;
 optimization_level and max_registers reach NVRTC. The kernels have fixed tile shapes: tile_size, block_size,
@@ -46,6 +46,9 @@ Strides = tuple[int, int, int]   # elements between batches, heads, rows (D is c
 # 16 x 16 (4 x 4) 0.211 / 0.154; 64 x 32, 8 x 16 (4 x 4) 0.205 / 0.164; 4 x 8 scores 0.209-0.238 / 0.178-0.206;
 # 8 x 8 (128 x 128) 0.41 / 0.33. TF32 (mma: 4 or 8 warps, 32 or 64 keys) 0.078-0.081 / 0.064-0.079: 64 x 64 kept.
 SIMT_WIDE = {False: (128, 64, 16, 16), True: (64, 64, 16, 16)}
+# 16-bit (BM, BN, warps) for D <= 64 and past it: 32 query rows per warp reuse each k / v fragment twice; past
+# D = 64 the accumulators allow 16.
+MMA16_TILES = {False: (128, 64, 4), True: (128, 64, 8)}
 
 
 @dataclass(frozen=True)
@@ -66,14 +69,15 @@ class AttentionProblem:
 
 
 def _label(c) -> str:
-    shape = f"m{c.bm}n{c.bn}" + (f"t{c.ty}x{c.tx}" if c.kind == "simt" else "")
+    extra = {"simt": f"t{c.ty}x{c.tx}", "mma16": f"w{c.warps}"}.get(c.kind, "")
+    shape = f"m{c.bm}n{c.bn}{extra}"
     return f"{c.kind}_{shape}_v{c.vec}" + ("" if c.unroll else "_nounroll")
 
 
 AttentionChoice = kernel_choice(
-    "AttentionChoice", "kind bm bn tx ty vec unroll", _label,
+    "AttentionChoice", "kind bm bn tx ty vec unroll warps", _label,
     "An attention kernel: kind 'simt', 'mma' or 'mma16', BM query rows by BN keys per tile, TY x TX threads (simt), "
-    "scalars per global access, loop unrolling.")
+    "scalars per global access, loop unrolling, warps (the mma kernels).")
 
 
 def tensor_cores(problem: AttentionProblem, cfg: ConfigSnapshot) -> bool:
@@ -93,19 +97,20 @@ def choices(problem: AttentionProblem, cfg: ConfigSnapshot, target: Target) -> l
     vec = width if cfg.enable_memory_coalescing and problem.aligned else 1
     opts = pipeline.compile_opts(cfg)
     if problem.dtype in HALF_DTYPES:
-        return [AttentionChoice("mma16", 64, 32, 0, 0, vec, cfg.enable_loop_unroll, opts=opts)]
+        bm, bn, warps = MMA16_TILES[problem.d > 64]
+        return [AttentionChoice("mma16", bm, bn, 0, 0, vec, cfg.enable_loop_unroll, warps, opts=opts)]
     if tensor_cores(problem, cfg):
-        return [AttentionChoice("mma", 64, 64 if problem.d <= 64 else 32, 0, 0, vec, cfg.enable_loop_unroll,
+        return [AttentionChoice("mma", 64, 64 if problem.d <= 64 else 32, 0, 0, vec, cfg.enable_loop_unroll, 4,
                                 opts=opts)]
     if problem.dtype == "float32" and problem.d <= 64:
         bm, bn, tx, ty = SIMT_WIDE[problem.causal]
     else:   # float64 past D = 64: 16 threads across (2 keys each) keep the accumulator within 255 registers
         bm, bn, tx, ty = (64, 32, 16, 16) if problem.dtype == "float64" and problem.d > 64 else (64, 32, 8, 16)
-    choice = AttentionChoice("simt", bm, bn, tx, ty, vec, cfg.enable_loop_unroll, opts=opts)
+    choice = AttentionChoice("simt", bm, bn, tx, ty, vec, cfg.enable_loop_unroll, tx * ty // 32, opts=opts)
     while shared_bytes(choice, problem.d, problem.dtype) > target.smem_per_block and choice.ty > 4:
         # targets of ~100 KB per block: half the rows and keys per tile (float64 at D = 128: 32 x 16)
         choice = AttentionChoice("simt", choice.bm // 2, choice.bn // 2, choice.tx // 2, choice.ty // 2, vec,
-                                 cfg.enable_loop_unroll, opts=opts)
+                                 cfg.enable_loop_unroll, choice.tx * choice.ty // 128, opts=opts)
     return [choice]
 
 
@@ -114,9 +119,8 @@ def shared_bytes(choice, d: int, dtype: str) -> int:
     if choice.kind == "mma":
         dp = cdiv(d, 8) * 8
         return 2 * choice.bn * ((dp + 4) + (dp + 8)) * 4
-    if choice.kind == "mma16":
-        dp = cdiv(d, 16) * 16
-        return (choice.bn * (dp + 8) + dp * (choice.bn + 8)) * 2
+    if choice.kind == "mma16":   # two stages of k and v rows of DP + 8 elements
+        return 2 * 2 * choice.bn * (cdiv(d, 16) * 16 + 8) * 2
     dk, dv = cdiv(d, 4) * 4 + 4, cdiv(d, 4 * choice.tx) * 4 * choice.tx
     items = choice.bm * dk + choice.bn * dk + choice.bn * dv + choice.bn * (choice.bm + 4)
     return items * np.dtype(dtype).itemsize
@@ -134,8 +138,8 @@ def plan(problem: AttentionProblem, choice, target: Target) -> Plan:
               "BM": choice.bm, "BN": choice.bn, "VEC": choice.vec, "causal": int(problem.causal)}
     c = scalar(compute_dtype(dtype), problem.scale * LOG2E)
     if choice.kind == "mma16":
-        params["elem_t"] = storage_t(dtype)
-        threads, units = choice.bm * 2, f"{_UNITS16[dtype.name]} tensor cores (mma.sync m16n8k16)"
+        params.update(elem_t=storage_t(dtype), WARPS=choice.warps)
+        threads, units = choice.warps * 32, f"{_UNITS16[dtype.name]} tensor cores (mma.sync m16n8k16)"
     elif choice.kind == "simt":
         threads, units = choice.tx * choice.ty, f"{'FP32' if dtype == np.float32 else 'FP64'} cores (SIMT)"
         # float32 4 x 4 scores at 256 threads: two blocks per SM (<= 128 registers, no spills; unbounded, ptxas

@@ -109,7 +109,7 @@ class WgmmaConvChoice(Warpgroups):
     bh: int = 0         # box rows (0: qn // bw)
     imgs: int = 1       # images per box (boxes.py's exact boxes)
     rtiles: int = 0     # output-shaped epilogue operands brought into shared memory by TMA
-    fold: bool = False  # the window's columns folded into the channels first (fold.py: the 16-bit stem)
+    fold: bool = False  # the window's columns folded into the channels (fold.py: the 16-bit stem, a padded copy of x)
 
     @property
     def pixel_box(self) -> Box:
@@ -135,7 +135,7 @@ def why_not(problem, target: Target, fold: bool = False) -> str | None:
     if fold:
         if not foldable(problem, target.capability):
             return (f"folding a {problem.kh} x {problem.kw} window into {problem.c} channels takes 16-bit layers of "
-                    "one group on sm_90 with KW * C <= 64 and C < 32")
+                    "one group on sm_90 with C < 32 and the window's columns times the padded channels <= 64")
         problem = folded(problem)
     if problem.dtype not in TAGS:
         return f"wgmma takes float32 only (TF32) or the 16-bit types, not {problem.dtype}"
@@ -281,7 +281,7 @@ def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
     cp, eb, half = cpad(p), elem_bytes(p), p.dtype in HALF_DTYPES
     grid = min(tiles(p, c), target.sm_count)
     wsize = p.k * p.kh * p.kw * cp * eb
-    xsize = 0 if p.x_nhwc else p.n * p.h * p.w * cp * eb
+    xsize = folding.copy_bytes(problem, eb) if c.fold else 0 if p.x_nhwc else p.n * p.h * p.w * cp * eb
     offs, top = [], cdiv(grid * MAP_BYTES, 1024) * 1024
     for size in (xsize, xsize if c.lo_copy else 0, wsize, wsize if c.split else 0):
         offs.append(top)
@@ -303,7 +303,7 @@ def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
                              units="DRAM (weight pack)" if half else "FP32 cores (weight pack)")]
     if c.fold:
         launches = [folding.weight_launch(problem, window, cp, w_hi, c.opts, TAGS[p.dtype]),
-                    folding.input_launch(problem, window, cp, x_nhwc, c.opts, TAGS[p.dtype])]
+                    folding.input_launch(problem, window, x_nhwc, c.opts, TAGS[p.dtype])]
     elif not p.x_nhwc:
         nhwc = pipeline.make_spec(TEMPLATE, "conv2d_nhwc", f"conv2d_nhwc_{tag}" + ("_locopy" if c.lo_copy else "")
                                  + ("" if c.pad else "_nopad") + ("" if c.unroll else "_nounroll"),
@@ -319,15 +319,16 @@ def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
               "bias": p.bias, "relu": p.relu, "VEC_OUT": vec, "CONSUMER_REGS": REGS[c.consumers],
               "Y_NHWC": p.y_nhwc, "DEBIAS": DEBIAS if p.x_nhwc and not c.split and not half else 0,
               "RTILES": tuple(i for i, kind in enumerate(epilogue.kinds_of(p.epilogue)) if kind == "full") if c.rtiles else (),
-              "YSTORE": y_by_tma(p, c)}
+              "YSTORE": y_by_tma(p, c), **(folding.view(problem) if c.fold else {})}
     epilogue.add(params, p.epilogue, "float", staged=bool(c.rtiles))
     name = (f"conv2d_{tag}_s{p.sh}x{p.sw}_p{p.ph}x{p.pw}" + (f"_d{p.dh}x{p.dw}" if (p.dh, p.dw) != (1, 1) else "")
             + ("_bias" if p.bias else "") + ("_relu" if p.relu else "") + f"_{c.label}_v{vec}"
-            + ("_ytma" if params["YSTORE"] else "") + p.layout_tag
+            + ("_ytma" if params["YSTORE"] else "")
+            + (f"_f{params['FOLD_STEP']}x{params['FOLD_TAIL']}" if c.fold else "") + p.layout_tag
             + epilogue.tag(p.epilogue))
     spec = pipeline.make_spec(TEMPLATE, "conv2d_wgmma", name, params, c.opts, arch_specific=True)
     args = (*x_parts, w_hi, w_lo, *((ptr(2),) if p.bias else ()), ptr(3), ptr(ws), i32(p.n), i32(cp),
-            i32(p.c if p.x_nhwc else cp), i32(p.h), i32(p.w), i32(p.k), i32(p.oh), i32(p.ow),
+            i32(p.c if p.x_nhwc or c.fold else cp), i32(p.h), i32(p.w), i32(p.k), i32(p.oh), i32(p.ow),
             *epilogue.args(p.epilogue, 4))
     launches.append(KernelLaunch(spec, (grid,), (c.threads,), args,
                                  shared=smem_bytes(c.consumers, c.qn, c.stages, c.split, staged(p), c.rtiles),

@@ -24,8 +24,10 @@ How JITConfig reaches this kernel: tile_size is the N of each wgmma instruction 
 QN / N instructions side by side (a 64 x 32 tile would read 196 MB from L2 at 1000³, more than L2
 delivers in cuBLAS's time); block_size 256 runs one consumer warpgroup (64-row tiles, two blocks
 per SM), 0 two (128-row tiles);
-precision "3xtf32" first splits both operands into TF32 hi + lo parts, K-major (gemm_split.py), then
-runs three products per k-step on them (float32-grade error; every layout, A^T @ B included);
+precision "3xtf32" runs three products per k-step on TF32 hi + lo parts of each operand (float32-grade error):
+where TF32's TMA reads the operands (aligned, not A^T @ B), split in the kernel (`inreg`: P's fragments in
+registers, Q's tile in shared memory by the producer's idle warps; no copies, the operands read once), else first
+split into K-major copies (gemm_split.py; every layout, A^T @ B and unaligned operands included);
 enable_loop_unroll unrolls the TMA box loop (MN-major P) and the split kernel's loop (the k-step and
 epilogue loops index register arrays and are always unrolled); the other switches name SIMT/mma.sync code paths
 (coalescing, padding) that TMA and the swizzled layout replace.
@@ -52,6 +54,8 @@ MAX_STAGES = 6
 SPLIT_MAX = 128                      # widest 3xTF32 tile: a k-tile's sum and the running total in 128 registers
 SPLIT_SIDE = 200                     # 3xTF32 is routed here from M N >= SPLIT_SIDE (M + N): the split moves
                                      # 12 (M + N) K bytes against 2 M N K flops (33 x 4097 x 1000: 0.56x SGEMM, SIMT 0.67x)
+INREG_SIDE = 48                      # the same for the split in the kernel (no copies): only 64-row tiles' padding
+                                     # is lost (P @ V of attention, 512 x 64 per entry: 57, on wgmma)
 CLUSTERS = (1, 2)                    # blocks per thread-block cluster (2: the Q tile multicast to a pair)
 MAP_BYTES = 256                      # two 128-byte tensor maps (P, Q) per block in the workspace; 3xTF32: two pairs
 UNITS = {False: "TF32 tensor cores (wgmma)", True: "TF32 tensor cores, 3 products (wgmma 3xTF32)",
@@ -81,7 +85,7 @@ class WgmmaChoice(Warpgroups):
     """One build of the wgmma kernel: consumer warpgroups, tile width qn, stages, tile-order band, precision;
     `ni`: the N of each wgmma instruction (0: qn, one instruction per k-step); `per_sm`: blocks per SM
     (2 only with one consumer: two tiles in flight per SM); `cluster`: blocks per thread-block cluster (2: neighbouring
-    P-tiles share their Q tile through TMA multicast)."""
+    P-tiles share their Q tile through TMA multicast); `inreg`: 3xTF32 split in the kernel (no copies; TF32's layouts)."""
     consumers: int
     qn: int
     stages: int
@@ -93,6 +97,12 @@ class WgmmaChoice(Warpgroups):
     ni: int = 0
     cluster: int = 1
     bk: int = BK
+    inreg: bool = False
+
+    @property
+    def copies(self) -> bool:
+        """3xTF32 on split copies of both operands (P = A, K-major, SS), not split in the kernel."""
+        return self.split and not self.inreg
 
     @property
     def instr_n(self) -> int:
@@ -102,7 +112,7 @@ class WgmmaChoice(Warpgroups):
     def label(self) -> str:
         return (f"wgmma_t{self.pm}x{self.qn}x{self.bk}"
                 + (f"_i64x{self.ni}x{self.bk}" if self.instr_n != self.qn else "")
-                + f"_s{self.stages}_g{self.group}" + ("_3xtf32" if self.split else "")
+                + f"_s{self.stages}_g{self.group}" + ("_3xtf32" if self.split else "") + ("r" if self.inreg else "")
                 + (f"_b{self.per_sm}" if self.per_sm > 1 else "") + (f"_c{self.cluster}" if self.cluster > 1 else "")
                 + ("" if self.unroll else "_nounroll"))
 
@@ -144,10 +154,19 @@ def why_not(problem, target: Target, split: bool = False) -> str | None:
     return None
 
 
+def inreg_ok(problem) -> bool:
+    """Whether 3xTF32 can split this problem in the kernel: float32 operands TF32's TMA reads where they lie
+    (16-byte aligned rows and batch strides, a K-major operand for Q)."""
+    return (problem.dtype == "float32" and problem.aligned and layout(problem.trans_a, problem.trans_b) is not None
+            and (problem.batch == 1 or not any(s % 4 for s in (problem.stride_a, problem.stride_b, problem.stride_c))))
+
+
 def narrow(problem) -> bool:
-    """A product too narrow for 3xTF32 to pay: splitting its operands costs more than the tensor cores save
-    over the exact SIMT kernel (gemm_kernels routes it there; a plan can still be built)."""
-    return problem.m * problem.n < SPLIT_SIDE * (problem.m + problem.n)
+    """A product too narrow for 3xTF32 to pay: splitting its operands (copies: SPLIT_SIDE; in the kernel:
+    INREG_SIDE) costs more than the tensor cores save over the exact SIMT kernel (gemm_kernels routes it there;
+    a plan can still be built)."""
+    side = INREG_SIDE if inreg_ok(problem) else SPLIT_SIDE
+    return problem.m * problem.n < side * (problem.m + problem.n)
 
 
 def staging_bytes(consumers: int, qn: int) -> int:
@@ -158,13 +177,12 @@ def staging_bytes(consumers: int, qn: int) -> int:
 
 def staging(problem, split: bool = False) -> bool:
     """Whether the problem's user epilogue stores through shared memory (wgmma_store.cuh.jinja's staged runs): all
-    but a float32 C written row by row (P = A) with neither output-shaped operands nor c, which goes straight from
-    the accumulators (store_regs)."""
+    but a float32 C written row by row (P = A), which goes straight from the accumulators (store_regs; its
+    output-shaped operands and c loaded into registers at the output's own index)."""
     if not problem.epilogue:
         return False
     p_is_a = split or layout(problem.trans_a, problem.trans_b, problem.dtype)[0]
-    code = epilogue.code(problem.epilogue, "float")
-    return not p_is_a or problem.dtype in HALVES or code.reads_c or "full" in code.operands
+    return not p_is_a or problem.dtype in HALVES
 
 
 def epilogue_bytes(problem, consumers: int, qn: int, split: bool = False) -> int:
@@ -178,11 +196,12 @@ def epilogue_bytes(problem, consumers: int, qn: int, split: bool = False) -> int
     return 2 * consumers * (kinds.count("per_column") * qn + kinds.count("per_row") * 64) * 4
 
 
-def smem_bytes(consumers: int, qn: int, stages: int, split: bool, extra: int = 0) -> int:
-    """Dynamic shared memory: stages of (P, Q) k-tiles (3xTF32: hi and lo of each), barriers, maps, alignment;
-    `extra`: a user epilogue's bytes (epilogue_bytes)."""
-    parts = 2 if split else 1
-    return (stages * parts * (64 * consumers + qn) * BK * 4 + 16 * stages + 2 * parts * 128 + 128 + 1024 + extra)
+def smem_bytes(consumers: int, qn: int, stages: int, split: bool, extra: int = 0, inreg: bool = False) -> int:
+    """Dynamic shared memory: stages of (P, Q) k-tiles (3xTF32: hi and lo of each; `inreg`: P as it is, Q's hi and
+    lo), barriers, maps, alignment; `extra`: a user epilogue's bytes (epilogue_bytes)."""
+    parts = 2 if split and not inreg else 1
+    tile = (parts * 64 * consumers + (2 if split else 1) * qn) * BK * 4
+    return stages * tile + (24 if inreg else 16) * stages + 2 * parts * 128 + 128 + 1024 + extra
 
 
 def smem_limit(target: Target, per_sm: int) -> int:
@@ -190,11 +209,12 @@ def smem_limit(target: Target, per_sm: int) -> int:
     return target.smem_per_block if per_sm == 1 else target.smem_per_sm // per_sm - 1024
 
 
-def stages_for(consumers: int, qn: int, split: bool, target: Target, per_sm: int = 1, extra: int = 0) -> int:
+def stages_for(consumers: int, qn: int, split: bool, target: Target, per_sm: int = 1, extra: int = 0,
+               inreg: bool = False) -> int:
     """As many stages as fit in one block's shared memory (at most MAX_STAGES), beside a user epilogue's `extra`
     bytes."""
     fit = [s for s in range(2, MAX_STAGES + 1)
-           if smem_bytes(consumers, qn, s, split, extra) <= smem_limit(target, per_sm)]
+           if smem_bytes(consumers, qn, s, split, extra, inreg) <= smem_limit(target, per_sm)]
     if not fit:
         raise ValueError(f"GEMM wgmma tile {64 * consumers}x{qn} does not fit {target.arch}'s shared memory: "
                          "choose a smaller tile_size")
@@ -211,7 +231,7 @@ def tiles(problem, consumers: int, qn: int, split: bool = False, cluster: int = 
 
 def units(problem, choice: WgmmaChoice) -> int:
     """Work units of the persistent grid: cluster-sized runs of P-tiles (one Q-tile), over every batch entry."""
-    return tiles(problem, choice.consumers, choice.qn, choice.split, choice.cluster)
+    return tiles(problem, choice.consumers, choice.qn, choice.copies, choice.cluster)
 
 
 def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
@@ -236,42 +256,53 @@ def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
                          f"K x N (instructions of whole {box}-element boxes): choose tile_size 0, 64 or 128")
     switches = {"split": split, "unroll": cfg.enable_loop_unroll, "opts": pipeline.compile_opts(cfg),
                 "bk": bk(problem.dtype)}
-    made = [build(c, q, target, problem=problem, ni=cfg.tile_size if cfg.tile_size < q else 0, **switches)
-            for c, q in pairs]
-    order = wgmma_tiles.ranked([(b.consumers, b.qn, b.per_sm) for b in made],
-                               lambda c, q: tiles(problem, c, q, split), cdiv(problem.k, bk(problem.dtype)), split,
-                               target.sm_count, 2 if half else 4)
-    found = sorted(made, key=lambda b: order.index((b.consumers, b.qn, b.per_sm)))
-    if cfg.tile_size or cfg.block_size:      # a named shape: its pick, and the variants below as candidates
-        found = found[:1]
+    kinds = (True, False) if split and inreg_ok(problem) else (False,)
+    found = []
+    for i, kind in enumerate(kinds):    # 3xTF32: split in the kernel where it can, the copies as candidates
+        made = [build(c, q, target, problem=problem, ni=cfg.tile_size if cfg.tile_size < q else 0, inreg=kind,
+                      **switches) for c, q in pairs]
+        order = wgmma_tiles.ranked([(b.consumers, b.qn, b.per_sm) for b in made],
+                                   lambda c, q: tiles(problem, c, q, split and not kind),
+                                   cdiv(problem.k, bk(problem.dtype)), split, target.sm_count, 2 if half else 4)
+        made = sorted(made, key=lambda b: order.index((b.consumers, b.qn, b.per_sm)))
+        # a named shape: its pick, and the variants below as candidates; the other 3xTF32 kind: its pick
+        found += made[:1] if cfg.tile_size or cfg.block_size or i else made
     head = found[0]
     if head.per_sm == 2:    # one block per SM is a tuning candidate too
-        extra = epilogue_bytes(problem, head.consumers, head.qn, split)
+        extra = epilogue_bytes(problem, head.consumers, head.qn, head.copies)
         found.append(dataclasses.replace(head, per_sm=1, stages=stages_for(head.consumers, head.qn, split, target,
-                                                                           extra=extra)))
-    if target.clusters and not half:     # the Q tile multicast over a pair of blocks: a candidate (measured no gain)
+                                                                           extra=extra, inreg=head.inreg)))
+    if target.clusters and not half and not head.inreg:   # the Q tile multicast over a pair of blocks (no gain)
         found.append(dataclasses.replace(head, cluster=2))
     return found
 
 
-def build(consumers: int, qn: int, target: Target, split: bool, problem=None, **switches) -> WgmmaChoice:
-    """The heuristic's build of a (consumers, qn) tile: two blocks per SM with one TF32 consumer up to 128 wide
-    (the whole kernel then fits the 128-register cap of two 256-thread blocks), as many stages as fit."""
-    per_sm = 2 if consumers == 1 and qn <= 128 and not split else 1
-    stages = stages_for(consumers, qn, split, target, per_sm, epilogue_bytes(problem, consumers, qn, split))
-    return WgmmaChoice(consumers, qn, stages, split=split, per_sm=per_sm, **switches)
+def build(consumers: int, qn: int, target: Target, split: bool, problem=None, inreg: bool = False,
+          **switches) -> WgmmaChoice:
+    """The heuristic's build of a (consumers, qn) tile: two blocks per SM with one consumer up to 128 wide, TF32 or
+    3xTF32 split in the kernel (the whole kernel then fits the 128-register cap of two 256-thread blocks), as many
+    stages as fit."""
+    inreg = split and inreg
+    per_sm = 2 if consumers == 1 and qn <= 128 and (inreg or not split) else 1
+    stages = stages_for(consumers, qn, split, target, per_sm,
+                        epilogue_bytes(problem, consumers, qn, split and not inreg), inreg)
+    return WgmmaChoice(consumers, qn, stages, split=split, per_sm=per_sm, inreg=inreg, **switches)
 
 
 def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
-    """One persistent launch over A, B, C and a workspace of one pair of tensor maps per block; 3xTF32 first
-    splits A and B into the workspace (two launches) and the wgmma kernel reads the parts from there."""
-    reason = why_not(problem, target, choice.split)
+    """One persistent launch over A, B, C and a workspace of one pair of tensor maps per block; 3xTF32 on copies
+    first splits A and B into the workspace (two launches) and the wgmma kernel reads the parts from there."""
+    copies = choice.copies
+    reason = why_not(problem, target, copies)
     if reason:
         raise ValueError(f"GEMM cannot run on the wgmma kernel: {reason}")
+    if choice.inreg and (not choice.split or not inreg_ok(problem) or choice.cluster != 1):
+        raise ValueError("GEMM 3xTF32 split in the kernel (inreg) reads float32 A and B by TMA as TF32 does (16-byte "
+                         "aligned rows, not A^T @ B), with cluster 1: use inreg=False (the split copies)")
     if choice.split and choice.qn > SPLIT_MAX:
         raise ValueError(f"GEMM 3xTF32 wgmma tiles are at most {SPLIT_MAX} wide (a k-tile's sum and the running "
                          f"total in registers), not {choice.qn}: choose tile_size {SPLIT_MAX} or less")
-    p_is_a, p_kmajor = (True, True) if choice.split else layout(problem.trans_a, problem.trans_b, problem.dtype)
+    p_is_a, p_kmajor = (True, True) if copies else layout(problem.trans_a, problem.trans_b, problem.dtype)
     half = HALVES.get(problem.dtype)
     q_kmajor = not half or problem.trans_b
     if choice.bk != bk(problem.dtype):
@@ -285,9 +316,10 @@ def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
         raise ValueError(f"GEMM wgmma qn={choice.qn} ni={choice.ni}: the tile width and each instruction's N must be "
                          f"multiples of 8 up to {MAX_WIDTH}, the instruction's N dividing the tile width: choose "
                          f"tile_size {choice.qn} or a smaller power of two")
-    if choice.per_sm not in (1, 2) or choice.per_sm == 2 and (choice.consumers != 1 or choice.split or choice.qn > 128):
+    if choice.per_sm not in (1, 2) or choice.per_sm == 2 and (choice.consumers != 1 or copies or choice.qn > 128):
         raise ValueError(f"GEMM wgmma per_sm={choice.per_sm}: two blocks per SM need one consumer warpgroup, "
-                         "TF32 and a tile at most 128 wide (128 registers per thread): use per_sm=1")
+                         "TF32 (or 3xTF32 split in the kernel) and a tile at most 128 wide (128 registers per "
+                         "thread): use per_sm=1")
     if choice.cluster not in CLUSTERS or choice.group % choice.cluster or (choice.qn // choice.cluster) % 8:
         raise ValueError(f"GEMM wgmma cluster={choice.cluster} group={choice.group} qn={choice.qn}: a cluster is one of "
                          f"{CLUSTERS} blocks, dividing the tile-order band and splitting the tile width into parts of "
@@ -300,7 +332,8 @@ def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
     params = {
         "scalar_t": "float", "unroll": choice.unroll, "PM": choice.pm, "QN": choice.qn, "STAGES": choice.stages,
         "CONSUMERS": choice.consumers, "GROUP": choice.group, "SPLIT": choice.split, "P_IS_A": p_is_a,
-        "NI": choice.instr_n, "P_KMAJOR": p_kmajor, "P_REGS": not p_kmajor and not half,
+        "NI": choice.instr_n, "P_KMAJOR": p_kmajor, "P_REGS": not p_kmajor and not half or choice.inreg,
+        "INREG": choice.inreg,
         "MIN_BLOCKS": choice.per_sm, "SETMAXNREG": True, "CONSUMER_REGS": regs, "BATCHED": problem.batch > 1,
         "C_PAIRS": pairs, "CLUSTER": choice.cluster,
     }
@@ -308,29 +341,29 @@ def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
         params.update({"ELEM": half[0], "Q_KMAJOR": q_kmajor})
     epilogue.add(params, problem.epilogue, "float")
     # 3xTF32 multiplies the K-major parts (P = A, Q = B^T) whatever the layout the operands are stored in
-    ops = "nt" if choice.split else ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
+    ops = "nt" if copies else ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
     name = (f"gemm_{half[1] if half else 'f32'}_{choice.label}_{ops}" + ("" if pairs else "_unaligned")
             + ("_batched" if problem.batch > 1 else "") + epilogue.tag(problem.epilogue))
     spec = pipeline.make_spec(TEMPLATE, "gemm_wgmma", name, params, choice.opts, arch_specific=True)
     grid = choice.cluster * min(units(problem, choice), target.sm_count * choice.per_sm // choice.cluster)
-    maps = grid * MAP_BYTES * (2 if choice.split else 1)
+    maps = grid * MAP_BYTES * (2 if copies else 1)
     scalars = (scalar("float32", problem.alpha), scalar("float32", problem.beta))
     cl = (choice.cluster, 1, 1)
     shared = smem_bytes(choice.consumers, choice.qn, choice.stages, choice.split,
-                        epilogue_bytes(problem, choice.consumers, choice.qn, choice.split))
+                        epilogue_bytes(problem, choice.consumers, choice.qn, copies), choice.inreg)
     if shared > smem_limit(target, choice.per_sm):
         raise ValueError(f"GEMM wgmma {choice.label} with an epilogue needs {shared} bytes of shared memory, more than "
                          f"{target.arch} gives a block: take the choice the heuristic makes for the fused problem")
     # a user epilogue's operands follow a, b, c (its arguments come last); the workspace follows them
     operands = ("a", "b", "c", *epilogue.operand_names(problem.epilogue))
     extra, ws = epilogue.args(problem.epilogue, 3), len(operands)
-    if not choice.split:
+    if not copies:
         args = (ptr(0), ptr(1), ptr(2), ptr(ws), i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
                 i32(problem.ldb), i32(problem.ldc), *scalars)
         if problem.batch > 1:
             args += (i64(problem.stride_a), i64(problem.stride_b), i64(problem.stride_c), i32(problem.batch))
         launch = KernelLaunch(spec, (grid,), (choice.threads,), (*args, *extra), shared=shared, cluster=cl,
-                              units=UNITS[problem.dtype if half else False])
+                              units=UNITS[problem.dtype if half else choice.split])
         return Plan((launch,), operands, workspace=maps, choice=choice.label)
     lay = gemm_split.SplitLayout.of(problem, maps)
     args = (ptr(ws, lay.p_hi), ptr(ws, lay.q_hi), ptr(2), ptr(ws), i32(problem.m), i32(problem.n), i32(problem.k),

@@ -20,7 +20,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from cuopjit.expr import evaluate, evaluate_program, parse_epilogue, parse_program  # noqa: E402
-from cuopjit.torch import backend, fused_attention, fusion, kernels, program  # noqa: E402
+from cuopjit.torch import backend, fused_attention, fusion, heads, kernels, program  # noqa: E402
 from conftest import rel_error  # noqa: E402
 from torch_support import capture, tf32  # noqa: E402
 
@@ -280,11 +280,12 @@ def _models():
 def test_rewritten_graph_with_reference_operators_equals_eager(name, monkeypatch):
     _, model, x = next(m for m in _models() if m[0] == name)
     monkeypatch.setattr(kernels, "make_operator", _Ref.make)
+    monkeypatch.setattr(heads, "make_operator", _Ref.make)
     monkeypatch.setattr(fused_attention, "Runner", _RefAttention)
     gm, ex = capture(model, x)
     p = fusion.plan(gm, ex, "cpu")
     report = ct.report.new_report({})
-    backend.rewrite(p, kernels.Launch(), {"conv": False, "matmul": False}, report)
+    backend.rewrite(p, heads.Launch(), {"conv": False, "matmul": False}, report)
     assert sum(callable(n.target) and type(n.target) is kernels.Kernel for n in gm.graph.nodes) == len(p.groups)
     with torch.no_grad():
         got, want = gm(*ex)[0], model(x)

@@ -11,7 +11,7 @@ ct = pytest.importorskip("cuopjit.torch")
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from cuopjit.torch import backend, epilogues, fusion, kernels  # noqa: E402
+from cuopjit.torch import backend, epilogues, fusion, heads, kernels  # noqa: E402
 from conftest import rel_error  # noqa: E402
 from test_torch_backend import Block, _Ref, capture  # noqa: E402
 
@@ -90,10 +90,11 @@ def test_attention_scores_take_the_softmax_scale_and_products_their_bias():
 def test_graphs_with_epilogues_compute_what_eager_does(model, x, monkeypatch):
     model = model.eval()
     monkeypatch.setattr(kernels, "make_operator", _Ref.make)
+    monkeypatch.setattr(heads, "make_operator", _Ref.make)
     gm, ex = capture(model, x)
     p = fusion.plan(gm, ex, "cpu")
     report = ct.report.new_report({})
-    backend.rewrite(p, kernels.Launch(), {"conv": False, "matmul": False}, report)
+    backend.rewrite(p, heads.Launch(), {"conv": False, "matmul": False}, report)
     with torch.no_grad():
         got, want = gm(*ex), model(x)
     got, want = (got, want) if isinstance(want, tuple) else ((got[0],), (want,))
@@ -111,9 +112,10 @@ def test_prebuild_samples_are_the_forwards_the_kernels_will_run(monkeypatch):
     """Each kernel's samples plan its operators on the graph's shapes (a linear's as its [rows, k] GEMM, an
     epilogue's run-time operand as the operator reads it)."""
     monkeypatch.setattr(kernels, "make_operator", _Ref.make)
+    monkeypatch.setattr(heads, "make_operator", _Ref.make)
     gm, ex = capture(Mlp().eval(), torch.randn(2, 5, 8))
     p = fusion.plan(gm, ex, "cpu")
-    built = backend.rewrite(p, kernels.Launch(), {"conv": False, "matmul": False}, ct.report.new_report({}))
+    built = backend.rewrite(p, heads.Launch(), {"conv": False, "matmul": False}, ct.report.new_report({}))
     residual = next(k for k in built if "x0" in k.name and "epilogue" in k.name)
     [sample] = residual.samples
     assert sample.args == ((10, 16), (10, 8)) and sample.kwargs["x0"].shape == (10, 8)

@@ -40,7 +40,8 @@ from . import report as reports
 from .fusion import CALLS, Plan, PlanError, plan
 from .common import HALF, raw_stream
 from .graphs import Replay
-from .kernels import Kernel, Launch, build, check_plans
+from .heads import Launch
+from .kernels import Kernel, build, check_plans
 from .prebuild import build_all
 from .nodes import Call, describe, mutates, target_name
 

@@ -126,7 +126,7 @@ class Runner:
 
 
 def setup(head: Any, a: dict, tf32: dict[str, bool]) -> str:
-    """The backend's Head for an attention node (kernels.Head._attention): its runner, operator and words."""
+    """The backend's Head for an attention node (heads.Head._attention): its runner, operator and words."""
     head.tensor_cores = head.dtype == torch.float32 and tf32["matmul"]
     head.run = Runner(head.dtype, head.tensor_cores, bool(a["heads_last"]))
     head.op = head.run.op

@@ -139,8 +139,8 @@ def _conv_choices(problem: ConvProblem, cfg: ConfigSnapshot, target: Target) -> 
         return sliced + found if sliced[0].split_k > 1 else found + sliced
     if (wgmma and problem.kg >= DIRECT_BELOW and conv2d_wgmma.why_not(problem, target, fold=True) is None
             and cfg.tile_size in (0, 64, 128) and cfg.block_size in conv2d_wgmma.BLOCKS):   # the 16-bit stem
-        found = [dataclasses.replace(c, fold=True)
-                 for c in conv2d_wgmma.choices(fold.folded(problem), cfg, target, False)]
+        found = conv2d_wgmma.fold_choices(problem, conv2d_wgmma.choices(fold.folded(problem), cfg, target, False),
+                                          target)
         return found + _implicit(problem, cfg, target, True, split)
     if problem.kg < DIRECT_BELOW:   # exact FMAs: every precision holds
         return [ConvChoice(None, cfg.block_size or 256, 1 if cfg.kernel_type == "simple" else DIRECT_OPT,

@@ -50,7 +50,7 @@ enable_memory_coalescing float2 output stores where rows are even.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...build import pipeline
 from ...run.plan import KernelLaunch, i32, i64, ptr
@@ -109,7 +109,7 @@ class WgmmaConvChoice(Warpgroups):
     bh: int = 0         # box rows (0: qn // bw)
     imgs: int = 1       # images per box (boxes.py's exact boxes)
     rtiles: int = 0     # output-shaped epilogue operands brought into shared memory by TMA
-    fold: bool = False  # the window's columns folded into the channels (fold.py: the 16-bit stem, a padded copy of x)
+    fold: str = ""      # the window's columns folded into the channels (fold.py: the 16-bit stem), "view" or "smem"
 
     @property
     def pixel_box(self) -> Box:
@@ -122,7 +122,8 @@ class WgmmaConvChoice(Warpgroups):
                 + ("_3xtf32" if self.split else "") + ("_locopy" if self.lo_copy else "")
                 + ("" if self.coalesce else "_scalar")
                 + ("" if self.pad else "_nopad") + ("" if self.unroll else "_nounroll")
-                + (f"_rt{self.rtiles}" if self.rtiles else "") + ("_fold" if self.fold else ""))
+                + (f"_rt{self.rtiles}" if self.rtiles else "")
+                + ("_foldsmem" if self.fold == "smem" else "_fold" if self.fold else ""))
 
 
 def cpad(problem) -> int:
@@ -250,6 +251,21 @@ def build(consumers: int, qn: int, bw: int, target: Target, split: bool, staged:
     return WgmmaConvChoice(consumers, qn, bw, fit(rtiles)[-1], split=split, rtiles=rtiles, **switches)
 
 
+def fold_choices(problem, found: list[WgmmaConvChoice], target: Target) -> list[WgmmaConvChoice]:
+    """The 16-bit stem's builds from the folded layer's (`found`): each through TMA's view ("view", the heuristic's
+    pick), then, as auto-tuning candidates, each built in shared memory ("smem") where the box takes it and two
+    stages fit beside its two patches (as many stages as fit; fold.py says why it trails the view)."""
+    smem = []
+    for c in found:
+        b = c.pixel_box
+        if folding.builds(problem, b.bw, b.bh, b.imgs):
+            extra = folding.extra_smem(problem, b.bw, b.bh)
+            fits = [s for s in range(2, MAX_STAGES + 1)
+                    if smem_bytes(c.consumers, c.qn, s, False, staged(problem)) + extra <= target.smem_per_block]
+            smem += [replace(c, fold="smem", stages=fits[-1])] if fits else []
+    return [replace(c, fold="view") for c in found] + smem
+
+
 def _check(problem, c: WgmmaConvChoice) -> None:
     """The build's limits (the template's static_asserts), as one error saying what to choose."""
     b, top = c.pixel_box, max(WIDTHS[c.split])
@@ -267,9 +283,13 @@ def _check(problem, c: WgmmaConvChoice) -> None:
 def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
     """Weight pack, NHWC conversion (NCHW input only) and the persistent wgmma launch; workspace: the maps, the
     input copies, then the packed weight (problem.ConvPlan: an operator packs it once, into memory it keeps)."""
-    reason = why_not(problem, target, choice.fold)
+    reason = why_not(problem, target, bool(choice.fold))
     if reason:
         raise ValueError(f"Convolution2D cannot run on the wgmma kernel: {reason}")
+    if choice.fold not in ("", "view", "smem") or choice.fold == "smem" and not folding.builds(
+            problem, choice.bw, choice.pixel_box.bh, choice.imgs):
+        raise ValueError(f"Convolution2D wgmma build {choice.label} folds the stem as {choice.fold!r}: use 'view', or "
+                         "'smem' with a box of one image whose input rows fit one TMA box (wgmma.fold_choices)")
     p, c = folded(problem) if choice.fold else problem, choice
     _check(p, c)
     if c.rtiles and c.rtiles != residual_tiles(p, c.split):
@@ -280,7 +300,8 @@ def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
                          "leave precision='tf32'")
     cp, eb, half = cpad(p), elem_bytes(p), p.dtype in HALF_DTYPES
     grid = min(tiles(p, c), target.sm_count)
-    wsize = p.k * p.kh * p.kw * cp * eb
+    kt = folding.ktiles(problem, c.fold) if c.fold else p.kh       # weight rows per channel: k-tiles when folded
+    wsize = p.k * kt * p.kw * cp * eb
     xsize = folding.copy_bytes(problem, eb) if c.fold else 0 if p.x_nhwc else p.n * p.h * p.w * cp * eb
     offs, top = [], cdiv(grid * MAP_BYTES, 1024) * 1024
     for size in (xsize, xsize if c.lo_copy else 0, wsize, wsize if c.split else 0):
@@ -302,7 +323,7 @@ def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
                              (ptr(1), w_hi, w_lo, i32(p.c), i32(cp), i64(total)),
                              units="DRAM (weight pack)" if half else "FP32 cores (weight pack)")]
     if c.fold:
-        launches = [folding.weight_launch(problem, window, cp, w_hi, c.opts, TAGS[p.dtype]),
+        launches = [folding.weight_launch(problem, c.fold, window, cp, w_hi, c.opts, TAGS[p.dtype]),
                     folding.input_launch(problem, window, x_nhwc, c.opts, TAGS[p.dtype])]
     elif not p.x_nhwc:
         nhwc = pipeline.make_spec(TEMPLATE, "conv2d_nhwc", f"conv2d_nhwc_{tag}" + ("_locopy" if c.lo_copy else "")
@@ -319,18 +340,23 @@ def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
               "bias": p.bias, "relu": p.relu, "VEC_OUT": vec, "CONSUMER_REGS": REGS[c.consumers],
               "Y_NHWC": p.y_nhwc, "DEBIAS": DEBIAS if p.x_nhwc and not c.split and not half else 0,
               "RTILES": tuple(i for i, kind in enumerate(epilogue.kinds_of(p.epilogue)) if kind == "full") if c.rtiles else (),
-              "YSTORE": y_by_tma(p, c), **(folding.view(problem) if c.fold else {})}
+              "YSTORE": y_by_tma(p, c)}
+    if c.fold:
+        at = 4 * 128 + (staging_bytes(c.consumers, c.qn) if staged(p) else 0)    # past the map scratch, staging
+        params.update(folding.params(problem, c.fold, c.bw, c.pixel_box.bh, at), KH=kt)
     epilogue.add(params, p.epilogue, "float", staged=bool(c.rtiles))
+    span_c = p.c      # folded: the window's halves
     name = (f"conv2d_{tag}_s{p.sh}x{p.sw}_p{p.ph}x{p.pw}" + (f"_d{p.dh}x{p.dw}" if (p.dh, p.dw) != (1, 1) else "")
             + ("_bias" if p.bias else "") + ("_relu" if p.relu else "") + f"_{c.label}_v{vec}"
             + ("_ytma" if params["YSTORE"] else "")
-            + (f"_f{params['FOLD_STEP']}x{params['FOLD_TAIL']}" if c.fold else "") + p.layout_tag
+            + (f"_f{params['FOLD_STEP']}x{params['FOLD_TAIL']}x{span_c}" if c.fold else "") + p.layout_tag
             + epilogue.tag(p.epilogue))
     spec = pipeline.make_spec(TEMPLATE, "conv2d_wgmma", name, params, c.opts, arch_specific=True)
     args = (*x_parts, w_hi, w_lo, *((ptr(2),) if p.bias else ()), ptr(3), ptr(ws), i32(p.n), i32(cp),
             i32(p.c if p.x_nhwc or c.fold else cp), i32(p.h), i32(p.w), i32(p.k), i32(p.oh), i32(p.ow),
             *epilogue.args(p.epilogue, 4))
     launches.append(KernelLaunch(spec, (grid,), (c.threads,), args,
-                                 shared=smem_bytes(c.consumers, c.qn, c.stages, c.split, staged(p), c.rtiles),
+                                 shared=smem_bytes(c.consumers, c.qn, c.stages, c.split, staged(p), c.rtiles)
+                                 + (folding.extra_smem(problem, c.bw, c.pixel_box.bh) if c.fold == "smem" else 0),
                                  units=UNITS[p.dtype] if half else UNITS[c.split]))
     return ConvPlan(tuple(launches), operands, workspace=top, choice=c.label, pack_launches=1, packed_at=offs[2])

@@ -1,6 +1,6 @@
 """AttentionHalf / AttentionBFloat16 on the GPU (mma.sync m16n8k16, float32 sums and softmax) against float64 NumPy
 on the same 16-bit inputs: odd lengths, head dims 7 / 16 / 40 / 64 / 128, batch dimensions, causal, Lq != Lk, a
-negative scale, unaligned operands (the scalar kernel); outputs NaN-poisoned inside guard regions.
+negative and a zero scale, unaligned operands (the scalar kernel); outputs NaN-poisoned inside guard regions.
 
 Tolerance from the math: products of 16-bit operands are exact in float32, so a score is off by at most
 (D + 4)·u·S (u = 2^-24, S = max |scale| · Σ_d |q_d| |k_d|); P is rounded once to the storage type (u16: 2^-11
@@ -81,6 +81,7 @@ def test_matches_float64(rng, name, batch, lq, lk, d, causal):
 @pytest.mark.parametrize("name", list(DTYPES))
 def test_negative_scale_and_unaligned_operands(rng, name):
     _run(rng, name, (2,), 65, 65, 64, causal=True, scale=-0.3)
+    _run(rng, name, (2,), 40, 150, 64, causal=True, scale=0.0)   # uniform weights over the visible keys
     assert _run(rng, name, (3,), 70, 33, 64, offset=1).endswith("_v1")
 
 

@@ -13,8 +13,8 @@ Kernels (the JITConfig mapping):
          (32 for D > 64) in two cp.async stages.
   mma16  float16 / bfloat16 (always): mma.sync m16n8k16 products of the stored operands summed in float32,
          softmax in float32, P rounded to the storage type for P·V (as FlashAttention), out rounded once.
-         K/V tiles of BN keys in two cp.async stages read by ldmatrix (.trans for v); MMA16_TILES has the
-         block shapes (query rows, keys per tile, warps) by head dim.
+         K/V tiles of BN keys in cp.async stages read by ldmatrix (.trans for v); MMA16_TILES has the
+         block shapes (query rows, keys per tile, warps, stages) by head dim.
 kernel_type "simple" is the SIMT kernel (float32); enable_memory_coalescing=False reads and writes scalars instead of
 16-byte vectors; enable_loop_unroll=False compiles the loops over D and over keys with `unroll 1`;
 optimization_level and max_registers reach NVRTC. The kernels have fixed tile shapes: tile_size, block_size,
@@ -22,6 +22,7 @@ enable_shared_memory_opt and enable_tma change nothing here.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -46,9 +47,13 @@ Strides = tuple[int, int, int]   # elements between batches, heads, rows (D is c
 # 16 x 16 (4 x 4) 0.211 / 0.154; 64 x 32, 8 x 16 (4 x 4) 0.205 / 0.164; 4 x 8 scores 0.209-0.238 / 0.178-0.206;
 # 8 x 8 (128 x 128) 0.41 / 0.33. TF32 (mma: 4 or 8 warps, 32 or 64 keys) 0.078-0.081 / 0.064-0.079: 64 x 64 kept.
 SIMT_WIDE = {False: (128, 64, 16, 16), True: (64, 64, 16, 16)}
-# 16-bit (BM, BN, warps) for D <= 64 and past it: 32 query rows per warp reuse each k / v fragment twice; past
-# D = 64 the accumulators allow 16.
-MMA16_TILES = {False: (128, 64, 4), True: (128, 64, 8)}
+# 16-bit (BM, BN, warps, stages) by (D > 64, causal): the fastest of benchmarks/attention.py --sweep (float16 +
+# bfloat16 time at [8, 12, 512, 64 / 128] on H100, us for bf16 full / causal). D 64: 128 x 64 by 4 warps (32 rows
+# each: every k / v fragment used twice) 32.4 / 28.2, with 3 stages 31.5 / 28.4; 64 x 64 by 4 warps 33.0 / 27.9;
+# 128 x 128 by 8 warps 34.8 / 30.1. D 128 (16 rows per warp: the accumulators allow no more): 128 x 128 by 8 warps
+# 59.5 / 49.8, 128 x 64 by 8 67.5 / 54.9 (3 stages 63.2 / 58.1), 64 x 64 by 4 72.8 / 55.1. Torch's SDPA: 20-25 / 29.
+MMA16_TILES = {(False, False): (128, 64, 4, 3), (False, True): (64, 64, 4, 2), (True, False): (128, 128, 8, 2),
+               (True, True): (128, 128, 8, 2)}
 
 
 @dataclass(frozen=True)
@@ -69,15 +74,15 @@ class AttentionProblem:
 
 
 def _label(c) -> str:
-    extra = {"simt": f"t{c.ty}x{c.tx}", "mma16": f"w{c.warps}"}.get(c.kind, "")
+    extra = {"simt": f"t{c.ty}x{c.tx}", "mma16": f"w{c.warps}s{c.stages}"}.get(c.kind, "")
     shape = f"m{c.bm}n{c.bn}{extra}"
     return f"{c.kind}_{shape}_v{c.vec}" + ("" if c.unroll else "_nounroll")
 
 
 AttentionChoice = kernel_choice(
-    "AttentionChoice", "kind bm bn tx ty vec unroll warps", _label,
+    "AttentionChoice", "kind bm bn tx ty vec unroll warps stages", _label,
     "An attention kernel: kind 'simt', 'mma' or 'mma16', BM query rows by BN keys per tile, TY x TX threads (simt), "
-    "scalars per global access, loop unrolling, warps (the mma kernels).")
+    "scalars per global access, loop unrolling, warps and shared-memory stages (the mma kernels).")
 
 
 def tensor_cores(problem: AttentionProblem, cfg: ConfigSnapshot) -> bool:
@@ -97,20 +102,26 @@ def choices(problem: AttentionProblem, cfg: ConfigSnapshot, target: Target) -> l
     vec = width if cfg.enable_memory_coalescing and problem.aligned else 1
     opts = pipeline.compile_opts(cfg)
     if problem.dtype in HALF_DTYPES:
-        bm, bn, warps = MMA16_TILES[problem.d > 64]
-        return [AttentionChoice("mma16", bm, bn, 0, 0, vec, cfg.enable_loop_unroll, warps, opts=opts)]
+        bm, bn, warps, stages = MMA16_TILES[problem.d > 64, problem.causal]
+        choice = AttentionChoice("mma16", bm, bn, 0, 0, vec, cfg.enable_loop_unroll, warps, stages, opts=opts)
+        while shared_bytes(choice, problem.d, problem.dtype) > target.smem_per_block:   # ~100 KB targets:
+            if choice.stages > 2:                                                         # fewer stages,
+                choice = dataclasses.replace(choice, stages=choice.stages - 1)
+            else:                                                                         # then fewer keys
+                choice = dataclasses.replace(choice, bn=choice.bn // 2)
+        return [choice]
     if tensor_cores(problem, cfg):
         return [AttentionChoice("mma", 64, 64 if problem.d <= 64 else 32, 0, 0, vec, cfg.enable_loop_unroll, 4,
-                                opts=opts)]
+                                2, opts=opts)]
     if problem.dtype == "float32" and problem.d <= 64:
         bm, bn, tx, ty = SIMT_WIDE[problem.causal]
     else:   # float64 past D = 64: 16 threads across (2 keys each) keep the accumulator within 255 registers
         bm, bn, tx, ty = (64, 32, 16, 16) if problem.dtype == "float64" and problem.d > 64 else (64, 32, 8, 16)
-    choice = AttentionChoice("simt", bm, bn, tx, ty, vec, cfg.enable_loop_unroll, tx * ty // 32, opts=opts)
+    choice = AttentionChoice("simt", bm, bn, tx, ty, vec, cfg.enable_loop_unroll, tx * ty // 32, 1, opts=opts)
     while shared_bytes(choice, problem.d, problem.dtype) > target.smem_per_block and choice.ty > 4:
         # targets of ~100 KB per block: half the rows and keys per tile (float64 at D = 128: 32 x 16)
         choice = AttentionChoice("simt", choice.bm // 2, choice.bn // 2, choice.tx // 2, choice.ty // 2, vec,
-                                 cfg.enable_loop_unroll, choice.tx * choice.ty // 128, opts=opts)
+                                 cfg.enable_loop_unroll, choice.tx * choice.ty // 128, 1, opts=opts)
     return [choice]
 
 
@@ -119,8 +130,8 @@ def shared_bytes(choice, d: int, dtype: str) -> int:
     if choice.kind == "mma":
         dp = cdiv(d, 8) * 8
         return 2 * choice.bn * ((dp + 4) + (dp + 8)) * 4
-    if choice.kind == "mma16":   # two stages of k and v rows of DP + 8 elements
-        return 2 * 2 * choice.bn * (cdiv(d, 16) * 16 + 8) * 2
+    if choice.kind == "mma16":   # stages of k and v rows of DP + 8 elements
+        return choice.stages * 2 * choice.bn * (cdiv(d, 16) * 16 + 8) * 2
     dk, dv = cdiv(d, 4) * 4 + 4, cdiv(d, 4 * choice.tx) * 4 * choice.tx
     items = choice.bm * dk + choice.bn * dk + choice.bn * dv + choice.bn * (choice.bm + 4)
     return items * np.dtype(dtype).itemsize
@@ -136,9 +147,12 @@ def plan(problem: AttentionProblem, choice, target: Target) -> Plan:
                          "blocks: split the batch")
     params = {"kind": choice.kind, "scalar_t": scalar_t(dtype), "unroll": choice.unroll, "D": problem.d,
               "BM": choice.bm, "BN": choice.bn, "VEC": choice.vec, "causal": int(problem.causal)}
-    c = scalar(compute_dtype(dtype), problem.scale * LOG2E)
+    c = problem.scale * LOG2E
+    if choice.kind == "mma16" and c == 0.0:   # the kernel scales raw scores by |c| (-inf · 0 is NaN): 2^-100 keeps
+        c = 2.0 ** -100                       # every exponent 0 (|s| < 2^40) and masked keys at -inf
+    c = scalar(compute_dtype(dtype), c)
     if choice.kind == "mma16":
-        params.update(elem_t=storage_t(dtype), WARPS=choice.warps)
+        params.update(elem_t=storage_t(dtype), WARPS=choice.warps, STAGES=choice.stages)
         threads, units = choice.warps * 32, f"{_UNITS16[dtype.name]} tensor cores (mma.sync m16n8k16)"
     elif choice.kind == "simt":
         threads, units = choice.tx * choice.ty, f"{'FP32' if dtype == np.float32 else 'FP64'} cores (SIMT)"

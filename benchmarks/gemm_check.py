@@ -84,7 +84,7 @@ def bench(out: str | None) -> None:
 
     from cuopjit.run import executor
     from cuopjit.ops.gemm import plans as gk
-    from cuopjit.ops.gemm import wgmma as gw
+    from cuopjit.ops.gemm import wgmma as gw, wgmma_plan
     from cuopjit.config import DEFAULT
     target = cuopjit.target.of_device(0)
     rows = []
@@ -103,7 +103,7 @@ def bench(out: str | None) -> None:
         for consumers, qn, per_sm, ni in builds:
             choice = gw.WgmmaChoice(consumers, qn, gw.stages_for(consumers, qn, False, target, per_sm), per_sm=per_sm,
                                     ni=ni)
-            run = executor.load(gw.plan(problem, choice, target), 0, DEFAULT)
+            run = executor.load(wgmma_plan.plan(problem, choice, target), 0, DEFAULT)
             c.fill_(float("nan"))
             run(ptrs, 0)
             torch.cuda.synchronize()

@@ -85,44 +85,66 @@ def case(name: str, kind: str, batch: int, m: int, n: int, k: int, dtype: str) -
             "ratio": theirs["median_ms"] / mine["median_ms"], "rel_error": err, "torch_rel_error": err_torch}
 
 
+def torch_kernels(fn) -> str:
+    """The CUDA kernels one call of `fn` launches (torch.profiler)."""
+    import torch
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return ", ".join(sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}))
+
+
 def sweep(cases: list[tuple]) -> None:
     """Time every wgmma build (consumers, width, blocks per SM) of each case, planned directly (the cost model's
-    data: cuopjit/ops/gemm/wgmma_tiles.py), beside the heuristic's pick."""
+    data: cuopjit/ops/gemm/wgmma_tiles.py), and the pick's tile order in bands of 4 and 16 P-tiles, beside the
+    heuristic's pick and torch (its kernels named); every output checked against torch's."""
+    import dataclasses
     import torch
     from cuopjit.build import pipeline
     from cuopjit.config import DEFAULT
-    from cuopjit.ops.gemm import wgmma, wgmma_tiles
+    from cuopjit.ops.gemm import wgmma, wgmma_plan, wgmma_tiles
     from cuopjit.run import executor
     target = cuopjit.target.of_device(0)
     planned = []
     for c in cases:
         _, kind, batch, m, n, k, dtype = c
-        a, b, _, op, jit = operands(kind, batch, m, n, k, dtype)
+        a, b, bt, op, jit = operands(kind, batch, m, n, k, dtype)
         out = torch.empty((batch, m, n) if kind == "bmm" else (m, n), device="cuda", dtype=a.dtype)
         args = (to_cuopjit(a), to_cuopjit(b), to_cuopjit(out)) if kind == "bmm" else (to_cuopjit(a), to_cuopjit(out))
         problem = op.problem(*args)
         problem = getattr(problem, "gemm", problem)
+        pick = op.family.default_plan(op.problem(*args), cuopjit.JITConfig().snapshot(), target)
         builds = []
-        for cons, q in wgmma_tiles.TF32_BUILDS:
+        for cons, q in wgmma_tiles.HALF_BUILDS:
             for per_sm in ((1, 2) if cons == 1 and q <= 128 else (1,)):
                 if not problem.trans_b and q % wgmma.MN_BOX:
                     continue
-                ch = wgmma.WgmmaChoice(cons, q, wgmma.stages_for(cons, q, False, target, per_sm), per_sm=per_sm,
-                                       bk=wgmma.bk(dtype))
-                builds.append((ch.label, wgmma.plan(problem, ch, target)))
-        planned.append((c, a, b, out, builds, op.family.default_plan(op.problem(*args), cuopjit.JITConfig().snapshot(),
-                                                                     target).choice))
-    specs = {kl.spec for *_, builds, _ in planned for _, plan in builds for kl in plan.launches}
+                stages = wgmma.stages_for(cons, q, False, target, per_sm, wgmma.epilogue_bytes(problem, cons, q))
+                ch = wgmma.WgmmaChoice(cons, q, stages, per_sm=per_sm, bk=wgmma.bk(dtype))
+                builds.append(wgmma_plan.plan(problem, ch, target))
+        head = wgmma.choices(problem, cuopjit.JITConfig().snapshot(), target, False)[0]
+        for group in (4, 16):
+            builds.append(wgmma_plan.plan(problem, dataclasses.replace(head, group=group), target))
+        planned.append((c, a, b, bt, out, builds, pick.choice))
+    specs = {kl.spec for *_, builds, _ in planned for plan in builds for kl in plan.launches}
+    print(f"{len(specs)} kernels to build", flush=True)
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda spec: pipeline.build(spec, target.arch), specs))
-    for c, a, b, out, builds, pick in planned:
+    for c, a, b, bt, out, builds, pick in planned:
         ptrs = tuple(to_cuopjit(t).ptr for t in (a, b, out))
         flops = 2.0 * c[2] * c[3] * c[4] * c[5]
-        for label, plan in builds:
+        ref = torch.matmul(a, bt)
+        ms = time_ms(lambda i: torch.matmul(a, bt, out=ref), repeat=10)["median_ms"]
+        print(f"sweep {c[6]:8s} {c[0]:8s} {'torch':36s} {ms * 1e3:8.1f} us {flops / ms / 1e9:6.1f} TF/s  "
+              f"{torch_kernels(lambda: torch.matmul(a, bt, out=ref))}", flush=True)
+        for plan in builds:
             run = executor.load(plan, 0, DEFAULT)
+            out.fill_(float("nan"))
+            run(ptrs, 0)
+            err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
             ms = time_ms(lambda i: run(ptrs, 0), repeat=10)["median_ms"]
-            print(f"sweep {c[6]:8s} {c[0]:8s} {label:36s} {ms * 1e3:8.1f} us {flops / ms / 1e9:6.1f} TF/s"
-                  + ("  <- pick" if label == pick else ""), flush=True)
+            print(f"sweep {c[6]:8s} {c[0]:8s} {plan.choice:36s} {ms * 1e3:8.1f} us {flops / ms / 1e9:6.1f} TF/s"
+                  f" err {err:.1e}" + ("  <- pick" if plan.choice == pick else ""), flush=True)
 
 
 def main() -> None:

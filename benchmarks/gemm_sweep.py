@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import cuopjit  # noqa: E402
 from cuopjit.build import pipeline  # noqa: E402
 from cuopjit.config import DEFAULT  # noqa: E402
-from cuopjit.ops.gemm import gemv, heuristics, matmul, plans as gk, shapes as gs, wgmma as gw  # noqa: E402
+from cuopjit.ops.gemm import gemv, heuristics, matmul, plans as gk, shapes as gs, wgmma as gw, wgmma_plan  # noqa: E402
 from cuopjit.run.plan import Plan, ptr  # noqa: E402
 from cuopjit.run import executor  # noqa: E402
 from mb_common import time_ms, to_cuopjit  # noqa: E402
@@ -69,10 +69,10 @@ def candidates(name: str, problem: gk.GemmProblem, target) -> list[tuple[str, st
         if big and (c, q, per_sm) not in BIG_ONLY:
             continue
         ch = gw.WgmmaChoice(c, q, gw.stages_for(c, q, False, target, per_sm), per_sm=per_sm)
-        out.append(("tf32", ch.label, gw.plan(problem, ch, target)))
+        out.append(("tf32", ch.label, wgmma_plan.plan(problem, ch, target)))
     for c, q, per_sm in ([] if big else SPLIT_BUILDS):
         ch = gw.WgmmaChoice(c, q, gw.stages_for(c, q, True, target, per_sm), split=True, per_sm=per_sm)
-        out.append(("3xtf32", ch.label, gw.plan(problem, ch, target)))
+        out.append(("3xtf32", ch.label, wgmma_plan.plan(problem, ch, target)))
     for s in ([] if big else SIMT_BUILDS):
         base = gk.GemmChoice(s, **heuristics.pipeline_fields("float32", s, target))
         splits = heuristics.split_for(problem, base, target)
@@ -154,7 +154,7 @@ def profile(name: str, builds: str, target) -> None:
     for b in builds.split(","):
         c, q = map(int, b.split("x"))
         per_sm = 2 if c == 1 and q <= 128 else 1
-        plans.append(gw.plan(problem, gw.WgmmaChoice(c, q, gw.stages_for(c, q, False, target, per_sm),
+        plans.append(wgmma_plan.plan(problem, gw.WgmmaChoice(c, q, gw.stages_for(c, q, False, target, per_sm),
                                                      per_sm=per_sm), target))
     a = torch.randn(batch, *((k, m) if ta else (m, k)), device="cuda")
     b = torch.randn(batch, *((n, k) if tb else (k, n)), device="cuda")

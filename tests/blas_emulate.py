@@ -191,7 +191,7 @@ def _gemm_wgmma(params, kl, v, bufs) -> None:
         b = _view(bufs[ib], ob + z * sb, *((n, k) if trans_b else (k, n)), ldb)
         a, b = (a.T if trans_a else a), (b.T if trans_b else b)
         product = a @ b
-        if params["SPLIT"]:
+        if params["SPLIT"] and not params.get("INREG"):      # the copies' lo parts (INREG: split in the kernel)
             lo_p, lo_q = v[-2], v[-1]
             a_lo = _view(bufs[ia], oa + z * sa + lo_p, m, k, lda)
             b_lo = _view(bufs[ib], ob + z * sb + lo_q, n, k, ldb).T

@@ -145,7 +145,8 @@ def gemm_wgmma(sim, kl, p):
     names = ["A", "B", "C", "ws", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta"]
     if p["BATCHED"]:
         names += ["stride_a", "stride_b", "stride_c", "batch"]
-    if p["SPLIT"]:
+    copies = p["SPLIT"] and not p.get("INREG")     # 3xTF32 on split copies (INREG: split in the kernel)
+    if copies:
         names += ["lo_p", "lo_q"]
     a = unpack(sim, kl, names)
     PM, QN, CL, G = p["PM"], p["QN"], p["CLUSTER"], p["GROUP"]
@@ -171,8 +172,9 @@ def gemm_wgmma(sim, kl, p):
     expect(sim, gx // CL == min(units, held // CL), f"persistent grid of {gx // CL} clusters: {units} units and room "
            f"for {held // CL} at once ask for {min(units, held // CL)}")
     # the tensor maps: MAPS x 128 bytes per block in the workspace
-    maps = 4 if p["SPLIT"] else 2
-    need = p["STAGES"] * (2 if p["SPLIT"] else 1) * (PM + QN) * 32 * 4 + 16 * p["STAGES"] + 128 * maps + 1008
+    maps = 4 if copies else 2
+    need = (p["STAGES"] * ((2 if copies else 1) * PM + (2 if p["SPLIT"] else 1) * QN) * 32 * 4
+            + (24 if p.get("INREG") else 16) * p["STAGES"] + 128 * maps + 1008)
     expect(sim, kl.shared >= need, f"{kl.shared} bytes of shared memory; {p['STAGES']} stages of the P and Q tiles, "
            f"their barriers, the map scratch and the 1024-byte alignment take {need}")
     a["ws"].write(np.arange(gx * maps * 32), itemsize=4, values=-2)
@@ -181,7 +183,7 @@ def gemm_wgmma(sim, kl, p):
     for ref, rows, ld, stride, lo, kmajor in ((P, rows_p, ldp, sp, a.get("lo_p"), p["P_KMAJOR"]),
                                               (Q, rows_q, ldq, sq, a.get("lo_q"), True)):
         entries = batch if stride else 1
-        for part in ((0, lo) if p["SPLIT"] else (0,)):
+        for part in ((0, lo) if copies else (0,)):
             dims = ([(rows, ld), (K, 1)] if kmajor else [(K, ld), (rows, 1)]) + \
                 ([(entries, stride)] if entries > 1 else [])
             if ref.buf is not None and ref.buf.workspace:

@@ -68,7 +68,7 @@ def test_every_fused_kernel_compiles_without_spills(arch):
                                                                         "conv2d/conv2d_wgmma.cu.jinja"})
     if arch == "sm_90":   # TF32 and 3xTF32 wgmma, the DMMA swap, a batched launch, split-K's reduction
         names = " ".join(s.name for s in fused)
-        assert all(tag in names for tag in ("_3xtf32_nt_e", "wgmma_t", "_swap_e", "_batched_e", "splitk_reduce_"))
+        assert all(tag in names for tag in ("_3xtf32_nt_e", "_3xtf32r_", "wgmma_t", "_swap_e", "_batched_e", "splitk_reduce_"))
     for spec, _ in kernels_to_build([type("P", (), {"plan": p, "target": t})() for p in plans]):
         if spec not in fused:
             continue

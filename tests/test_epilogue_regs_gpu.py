@@ -18,7 +18,7 @@ import cuopjit
 from cuopjit.config import DEFAULT
 from cuopjit.device import driver
 from cuopjit.expr import evaluate, parse_epilogue
-from cuopjit.ops.gemm import wgmma
+from cuopjit.ops.gemm import wgmma, wgmma_plan
 from cuopjit.run import executor
 from cuopjit.target import of_device
 from cuopjit.tensor import Tensor
@@ -132,7 +132,7 @@ def test_every_tile_width(rng, consumers, qn, cluster):
     problem = g.problem(A, out, **_numbers(expr))
     target = of_device(driver.current_ordinal())
     choice = dataclasses.replace(wgmma.build(consumers, qn, target, split=False, problem=problem), cluster=cluster)
-    run = executor.load(wgmma.plan(problem, choice, target), driver.current_ordinal(), DEFAULT)
+    run = executor.load(wgmma_plan.plan(problem, choice, target), driver.current_ordinal(), DEFAULT)
     run(g.bind(A, out, **_numbers(expr))[1], 0)
     check_guards(out)
     acc = a.astype(np.float64) @ w.T.astype(np.float64)
@@ -199,7 +199,7 @@ def test_residual_every_tile_width(rng, consumers, qn, cluster):
     problem = g.problem(A, out, **call, **_numbers(expr))
     target = of_device(driver.current_ordinal())
     choice = dataclasses.replace(wgmma.build(consumers, qn, target, split=False, problem=problem), cluster=cluster)
-    run = executor.load(wgmma.plan(problem, choice, target), driver.current_ordinal(), DEFAULT)
+    run = executor.load(wgmma_plan.plan(problem, choice, target), driver.current_ordinal(), DEFAULT)
     run(g.bind(A, out, **call, **_numbers(expr))[1], 0)
     check_guards(out)
     acc = a.astype(np.float64) @ w.T.astype(np.float64)

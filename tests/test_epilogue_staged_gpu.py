@@ -16,7 +16,7 @@ from cuopjit.build import pipeline
 from cuopjit.config import DEFAULT
 from cuopjit.device import driver
 from cuopjit.expr import evaluate, parse_epilogue
-from cuopjit.ops.gemm import wgmma as gw
+from cuopjit.ops.gemm import wgmma as gw, wgmma_plan
 from cuopjit.recipes import placeholder
 from cuopjit.run import executor
 from cuopjit.target import of_device
@@ -127,7 +127,7 @@ def _explicit(rng, consumers, qn, trans_b):
     target = of_device(driver.current_ordinal())
     choice = gw.WgmmaChoice(consumers, qn, gw.stages_for(consumers, qn, False, target,
                                                          extra=gw.staging_bytes(consumers, qn)))
-    plan = gw.plan(g.problem(A, out, **numbers), choice, target)
+    plan = wgmma_plan.plan(g.problem(A, out, **numbers), choice, target)
     env = {"acc": 1.5 * a.astype(np.float64) @ (w.T if trans_b else w).astype(np.float64), **numbers,
            **{name: v.astype(np.float64) for name, v in host.items()}}
     return g, A, out, numbers, plan, evaluate(parse_epilogue(EVERY), env, np.float64)

@@ -13,7 +13,7 @@ import pytest
 import cuopjit
 from cuopjit.build import pipeline
 from cuopjit.layout import TRANSPOSED, to_storage
-from cuopjit.ops.gemm import matmul, plans as gk, wgmma as gw
+from cuopjit.ops.gemm import matmul, plans as gk, wgmma as gw, wgmma_plan
 from cuopjit.target import named
 from cuopjit.tensor import Tensor
 
@@ -216,7 +216,7 @@ def test_new_tile_widths_compile_for_sm90a_without_spills(consumers, qn, split, 
     for problem in (gk.packed("float32", 1000, 2304, 768, False, trans_b),
                     dataclasses.replace(gk.packed("float32", 512, 512, 64, False, trans_b), batch=3,
                                         stride_a=512 * 64, stride_b=512 * 64, stride_c=512 * 512)):
-        launch = gw.plan(problem, choice, SM90).launches[-1]
+        launch = wgmma_plan.plan(problem, choice, SM90).launches[-1]
         built = pipeline.compile_fresh(launch.spec, "sm_90")
         assert built.spill_bytes == 0 and "C7513" not in built.log and "C7508" not in built.log, built.log
         assert gw.smem_bytes(consumers, qn, choice.stages, split) <= gw.smem_limit(SM90, per_sm)

@@ -15,7 +15,7 @@ import cuopjit
 from cuopjit.run import executor
 from cuopjit.build import pipeline
 from cuopjit.config import DEFAULT, JITConfig
-from cuopjit.ops.gemm import matmul, plans as gk, wgmma as gw
+from cuopjit.ops.gemm import matmul, plans as gk, wgmma as gw, wgmma_plan
 from cuopjit.run.plan import i32, i64
 from cuopjit.prewarm import kernels_to_build, representative_plans
 from cuopjit.target import named
@@ -37,7 +37,8 @@ def test_float32_tensor_cores_on_sm90_are_wgmma(fields, target):
     *split, launch = gk.FAMILY.default_plan(gk.packed("float32", 4096, 4096, 4096), make_config(**fields).snapshot(),
                                             target).launches
     assert "_wgmma_" in launch.spec.name and launch.spec.arch_specific
-    # 3xTF32: A (stored M x K) and B (stored K x N, transposed) are split into hi and lo parts first
+    # 3xTF32 at 4096³: A (stored M x K) and B (stored K x N, transposed) are split into hi and lo parts first
+    # (narrower products split in the kernel: tests/test_gemm_wgmma_inreg.py)
     assert [k.spec.name for k in split] == (["tf32_split_n", "tf32_split_t"] if "precision" in fields else [])
     assert pipeline.compile_arch(launch.spec, "sm_90") == "sm_90a"
     assert launch.grid[0] <= 2 * target.sm_count and launch.block[0] in (256, 384)
@@ -97,7 +98,8 @@ def test_3xtf32_splits_every_layout_into_the_workspace():
     cfg = make_config(precision="3xtf32").snapshot()
     for ta, tb in itertools.product((False, True), repeat=2):
         problem = _batched_problem(5, 260, 132, 100, ta, tb, bcast="a")
-        split_a, split_b, main = gw.plan(problem, gw.choices(problem, cfg, SM90, True)[0], SM90).launches
+        copies = next(c for c in gw.choices(problem, cfg, SM90, True) if c.copies)
+        split_a, split_b, main = wgmma_plan.plan(problem, copies, SM90).launches
         assert main.spec.name.endswith("_3xtf32_nt_batched") and dict(main.spec.params)["P_KMAJOR"]
         assert (split_a.spec.name[-1], split_b.spec.name[-1]) == ("t" if ta else "n", "n" if tb else "t")
         assert split_a.grid == (4, 9, 1) and split_b.grid == (4, 5, 5)       # K 100 in tiles of 32; rows; entries
@@ -115,11 +117,12 @@ def test_3xtf32_without_wgmma_is_the_exact_simt_kernel_and_float64_refuses_it():
     # narrow for the split to pay runs the exact SIMT kernel.
     main = gk.FAMILY.default_plan(gk.packed("float32", 1001, 1001, 1001, aligned=False), cfg, SM90).launches[-1]
     assert main.spec.name.endswith("_3xtf32_nt_unaligned") and not dict(main.spec.params)["C_PAIRS"]
+    # (the copies' rule on unaligned operands; aligned ones split in the kernel, tests/test_gemm_wgmma_inreg.py)
     for m, n in ((33, 4097), (7, 7), (256, 256)):
-        assert gw.narrow(gk.packed("float32", m, n, 1000))
-        launch = gk.FAMILY.default_plan(gk.packed("float32", m, n, 1000), cfg, SM90).launches[0]
+        assert gw.narrow(gk.packed("float32", m, n, 1000, aligned=False))
+        launch = gk.FAMILY.default_plan(gk.packed("float32", m, n, 1000, aligned=False), cfg, SM90).launches[0]
         assert launch.units == "FP32 cores (SIMT)"
-    assert not gw.narrow(gk.packed("float32", 400, 400, 1000))
+    assert not gw.narrow(gk.packed("float32", 400, 400, 1000, aligned=False))
     with pytest.raises(ValueError, match=r"GEMM precision='3xtf32' applies to float32 .* leave precision='tf32'"):
         gk.choices(gk.packed("float64", 64, 64, 64), cfg, SM90)
 
@@ -156,18 +159,20 @@ def test_heuristic_takes_the_modelled_fastest_tile_and_tuning_offers_the_others(
     seed = gw.choices(gk.packed("float32", 1000, 1000, 1000), seed_cfg, SM90, False)
     assert [(c.qn, c.instr_n, c.per_sm) for c in seed[:2]] == [(96, 32, 2), (96, 32, 1)]
     assert "_t64x96x32_i64x32x32_" in seed[0].label
-    # Short K (the batched 100 x 256³): one consumer, two blocks per SM; 3xTF32 keeps two consumers.
-    bmm = gw.choices(_batched_problem(100, 256, 256, 256), cfg, SM90, split=False)[0]
-    assert (bmm.consumers, bmm.qn, bmm.per_sm) == (1, 128, 2)
-    assert gw.choices(_batched_problem(100, 256, 256, 256), cfg, SM90, split=True)[0].consumers == 2
+    # Short K (the batched 100 x 256³): one consumer, two blocks per SM, TF32 and 3xTF32 split in the kernel.
+    for split in (False, True):
+        bmm = gw.choices(_batched_problem(100, 256, 256, 256), cfg, SM90, split=split)[0]
+        assert (bmm.consumers, bmm.per_sm, bmm.inreg) == (1, 2, split)
     split = gw.choices(gk.packed("float32", 4096, 4096, 4096), cfg, SM90, split=True)
     assert all(c.qn <= gw.SPLIT_MAX and c.split for c in split)
-    assert [(c.consumers, c.qn, c.cluster) for c in split] == [(2, 128, 1), (2, 96, 1), (1, 128, 1), (2, 64, 1),
-                                                                (1, 64, 1), (2, 128, 2)]
-    # 3xTF32 at 1000³: one consumer, 128 tiles of 64 x 128 (one round)
+    # 3xTF32 at 4096³: every build on the split copies (gw.COPY_SIDE), then the kernel split's pick and the head
+    # over a cluster of 2 as candidates
+    assert [c.inreg for c in split[:-1]] == [False] * len(gw.wgmma_tiles.SPLIT_BUILDS) + [True]
+    assert (split[0].consumers, split[0].qn) == (2, 128) and split[-1] == dataclasses.replace(split[0], cluster=2)
+    # 3xTF32 at 1000³: one consumer, two blocks per SM
     assert (gw.choices(gk.packed("float32", 1000, 1000, 1000), cfg, SM90, split=True)[0].consumers) == 1
     for c in big + split:
-        assert gw.smem_bytes(c.consumers, c.qn, c.stages, c.split) <= SM90.smem_per_block
+        assert gw.smem_bytes(c.consumers, c.qn, c.stages, c.split, inreg=c.inreg) <= gw.smem_limit(SM90, c.per_sm)
 
 
 def test_the_cost_model_counts_rounds_and_partial_rounds():
@@ -181,7 +186,7 @@ def test_the_cost_model_counts_rounds_and_partial_rounds():
     assert few < one and few >= gw.wgmma_tiles.PARTIAL * (one - 128 * 256 * 4 / gw.wgmma_tiles.STORE)
     assert gw.wgmma_tiles.rate(2, 168, 1, False) == gw.wgmma_tiles.REL[2, 160, 1]    # an unmeasured width: the nearest
     with pytest.raises(ValueError, match=r"qn=204 ni=0: the tile width and each instruction's N must be multiples of 8"):
-        gw.plan(gk.packed("float32", 64, 64, 64), gw.WgmmaChoice(2, 204, 4), SM90)
+        wgmma_plan.plan(gk.packed("float32", 64, 64, 64), gw.WgmmaChoice(2, 204, 4), SM90)
 
 
 def test_wgmma_errors_say_what_to_choose():
@@ -189,12 +194,12 @@ def test_wgmma_errors_say_what_to_choose():
     with pytest.raises(ValueError, match=r"block_size=512 cannot run the wgmma kernel .* choose block_size 256"):
         gw.choices(gk.packed("float32", 64, 64, 64), cfg, SM90, split=False)
     with pytest.raises(ValueError, match=r"cannot run on the wgmma kernel: A\^T @ B has no K-major operand"):
-        gw.plan(gk.packed("float32", 64, 64, 64, True, False), gw.WgmmaChoice(2, 128, 4), SM90)
+        wgmma_plan.plan(gk.packed("float32", 64, 64, 64, True, False), gw.WgmmaChoice(2, 128, 4), SM90)
     with pytest.raises(ValueError, match=r"ni=48: the tile width and each instruction's N must be multiples of 8 .*"
                                          r"dividing the tile width: choose tile_size 128"):
-        gw.plan(gk.packed("float32", 64, 64, 64), gw.WgmmaChoice(2, 128, 4, ni=48), SM90)
+        wgmma_plan.plan(gk.packed("float32", 64, 64, 64), gw.WgmmaChoice(2, 128, 4, ni=48), SM90)
     with pytest.raises(ValueError, match=r"per_sm=2: two blocks per SM need one consumer warpgroup"):
-        gw.plan(gk.packed("float32", 64, 64, 64), gw.WgmmaChoice(2, 128, 4, per_sm=2), SM90)
+        wgmma_plan.plan(gk.packed("float32", 64, 64, 64), gw.WgmmaChoice(2, 128, 4, per_sm=2), SM90)
 
 
 def test_prewarm_for_sm90a_builds_the_wgmma_kernels():
@@ -227,7 +232,7 @@ def test_every_variant_compiles_for_sm90a_without_spills(trans_a, trans_b, split
     choice = dataclasses.replace(gw.build(consumers, qn, SM90, split), ni=ni)
     problem = (_batched_problem(7, 1000, 1000, 1000, trans_a, trans_b, bcast=bcast) if bcast
                else gk.packed("float32", 1000, 1000, 1000, trans_a, trans_b))
-    plan = gw.plan(problem, choice, SM90)
+    plan = wgmma_plan.plan(problem, choice, SM90)
     assert len(plan.launches) == (3 if split else 1)
     plan.check_target(SM90)
     for launch in plan.launches:
@@ -256,7 +261,7 @@ def test_cluster_variants_compile_and_launch_whole_clusters(trans_a, trans_b, sp
     for m in (1000, 132 * 128 + 64 * 3):       # the second: more units than clusters fit, an odd P-tile count
         problem = (_batched_problem(3, m, 1000, 1000, trans_a, trans_b, bcast=bcast) if bcast
                    else gk.packed("float32", m, 1000, 1000, trans_a, trans_b))
-        plan = gw.plan(problem, choice, SM90)
+        plan = wgmma_plan.plan(problem, choice, SM90)
         plan.check_target(SM90)
         launch = plan.launches[-1]
         assert launch.cluster == (2, 1, 1) and launch.grid[0] % 2 == 0 and "_c2_" in launch.spec.name
@@ -268,7 +273,7 @@ def test_cluster_variants_compile_and_launch_whole_clusters(trans_a, trans_b, sp
     assert built.spill_bytes == 0, f"{launch.spec.name} spills {built.spill_bytes} bytes"
     assert "C7513" not in built.log and "C7508" not in built.log, built.log
     with pytest.raises(ValueError, match="use cluster=1"):
-        gw.plan(problem, dataclasses.replace(choice, cluster=4), SM90)
+        wgmma_plan.plan(problem, dataclasses.replace(choice, cluster=4), SM90)
     with pytest.raises(ValueError, match="thread-block clusters"):
         plan.check_target(SM80)
 
@@ -330,7 +335,7 @@ def test_wgmma_matches_float64(rng, m, n, k, alpha, beta, trans_a, trans_b, prec
 def test_3xtf32_runs_a_transposed_times_b_on_wgmma(rng, m, n, k, alpha, beta):
     """A^T @ B, which TF32 leaves to mma.sync, on the 3xTF32 wgmma kernel: both operands split transposed."""
     out, a, b, c0, name = _gemm(rng, m, n, k, True, False, alpha, beta, {"precision": "3xtf32"})
-    assert ("_wgmma_" in name and "tf32_split_t" in name) != gw.narrow(gk.packed("float32", m, n, k)), name
+    assert ("_wgmma_" in name and "tf32_split_t" in name) != gw.narrow(gk.packed("float32", m, n, k, True, False)), name
     _within_bound(out, a, b, c0, True, False, alpha, beta, k, name)
     problem = _batched_problem(3, m, n, k, True, False, alpha, beta, "b")      # planned on wgmma, narrow or not
     assert "_3xtf32_nt_batched" in _run_batched(rng, problem, precision="3xtf32")
@@ -500,8 +505,10 @@ def test_every_block_and_tile_size_on_gpu(rng):
 def test_loop_unroll_off_reaches_the_optional_loops_and_compiles(split):
     """enable_loop_unroll=False rolls the TMA box loop and the split loop; nothing spills, nothing serialises."""
     cfg = make_config(enable_tensor_core=True, enable_loop_unroll=False, precision="3xtf32" if split else "tf32")
-    launches = gk.FAMILY.default_plan(gk.packed("float32", 1000, 1000, 1000), cfg.snapshot(), SM90).launches
-    assert launches[-1].spec.name.endswith("_nounroll_nt" if split else "_nounroll_nn")
+    # 3xTF32: unaligned operands, which take the split copies (their loop)
+    problem = gk.packed("float32", 1000, 1000, 1000, aligned=not split)
+    launches = gk.FAMILY.default_plan(problem, cfg.snapshot(), SM90).launches
+    assert launches[-1].spec.name.endswith("_nounroll_nt_unaligned" if split else "_nounroll_nn")
     for launch in launches:
         spec = launch.spec
         assert "_nounroll" in spec.name and 'unroll 1' in pipeline.source(spec)

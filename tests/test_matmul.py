@@ -57,7 +57,8 @@ def test_one_launch_wherever_each_operand_runs_along_the_batch_or_is_broadcast()
 def test_3xtf32_plans_repeat_every_launch_per_outer_index(rng):
     """A 3xTF32 GEMM plan is three launches (split A, split B, the product): a mixed broadcast repeats all three
     for each outer index on that index's matrices, one after another in one workspace."""
-    sa, sb = (3, 1, 400, 8), (1, 2, 8, 404)   # 400 x 404: wide enough for the split to pay (gemm_wgmma.narrow)
+    # 400 x 405: wide enough for the split to pay (gemm_wgmma.narrow); B's odd rows: the split copies
+    sa, sb = (3, 1, 400, 8), (1, 2, 8, 405)
     a, b = rng.standard_normal(sa), rng.standard_normal(sb)
     ref = np.matmul(a, b)
     tensors = (fake(sa, ptr=1 << 24), fake(sb, ptr=2 << 24), fake(ref.shape, ptr=3 << 24))

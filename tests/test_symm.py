@@ -60,8 +60,9 @@ def test_plans_read_one_triangle_and_compute_the_product(rng, side, uplo, m, n):
 @pytest.mark.parametrize("side", [0, 1])
 def test_3xtf32_runs_every_launch_of_the_gemm_plan_on_the_filled_matrix(rng, side):
     """Under precision='3xtf32' the product is three launches (split A, split B, wgmma): after the fill, all
-    three run on W, B and C, in the GEMM's part of the workspace (a product wide enough for the split to pay)."""
-    m, n = 400, 432
+    three run on W, B and C, in the GEMM's part of the workspace (a product wide enough for the split to pay; odd N:
+    unaligned rows, which the split copies take)."""
+    m, n = 400, 433
     d = n if side else m
     s, stored = _symmetric(rng, d, True)
     op = _op(np.float32, side, 1, 1.5, 0.0)

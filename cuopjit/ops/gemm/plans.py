@@ -35,7 +35,7 @@ from ...build import pipeline
 from ...config import ConfigSnapshot
 from ...run.plan import Family, KernelLaunch, Plan, i32, i64, ptr, scalar
 from ...target import Target
-from . import mma16, shapes, splitk, vector, wgmma as gemm_wgmma, wgmma_splitk
+from . import mma16, shapes, splitk, vector, wgmma as gemm_wgmma, wgmma_plan, wgmma_splitk
 from .. import epilogue
 from ..base import HALF_DTYPES, cdiv, dtype_tag, scalar_t, storage_t, vector_width
 from .heuristics import auto_simt, pipeline_fields, split_for
@@ -189,7 +189,7 @@ def _kernel_choices(problem: GemmProblem, cfg: ConfigSnapshot, target: Target, m
 def plan(problem: GemmProblem, choice, target: Target) -> Plan:
     """One launch (split-K, GEMV, wgmma split-K: two); operands a, b (the weight), c."""
     if isinstance(choice, gemm_wgmma.WgmmaChoice):
-        return gemm_wgmma.plan(problem, choice, target)
+        return wgmma_plan.plan(problem, choice, target)
     if isinstance(choice, vector.VectorChoice):
         return vector.plan(problem, choice, target)
     if isinstance(choice, wgmma_splitk.SplitKChoice):

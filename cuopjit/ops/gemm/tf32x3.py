@@ -1,4 +1,6 @@
 """3xTF32 operands for the wgmma GEMM: each operand split once into TF32 hi and lo parts (templates/gemm/tf32_split.cu.jinja).
+The wgmma GEMM takes these copies for wide products (wgmma.COPY_SIDE), A^T @ B and operands TMA cannot read; the
+others split in the kernel instead (wgmma.py `inreg`: no copies, each operand read once).
 
 x = hi + lo with both parts TF32 (rounded to nearest), so the three products hi*hi + hi*lo + lo*hi carry
 float32's accuracy. Splitting once in a memory-bound prepass, both operands written K-major, lets the

@@ -2,7 +2,7 @@
 bfloat16 as wgmma f16 / bf16 (float32 sums, twice TF32's rate, k-tiles of 64 elements: 128 bytes as TF32's 32).
 
 Operands come in by TMA (tensor maps built on the device: the plan is fixed, the pointers are not)
-through a multi-stage mbarrier pipeline; a producer warpgroup feeds 1 or 2 consumer warpgroups;
+through a multi-stage mbarrier pipeline; a producer warpgroup feeds 1 or 2 consumer warpgroups (16-bit: up to 3);
 the grid is persistent (one block per SM; two with one consumer warpgroup) and walks its tiles in
 L2-friendly bands; `cluster` 2 pairs blocks in a thread-block cluster that share the Q tile (each loads
 half of it and multicasts it to both: L2 reads Q once per pair), a tuning candidate only: on the H100 it
@@ -27,10 +27,10 @@ per SM), 0 two (128-row tiles);
 precision "3xtf32" runs three products per k-step on TF32 hi + lo parts of each operand (float32-grade error):
 where TF32's TMA reads the operands (aligned, not A^T @ B), split in the kernel (`inreg`: P's fragments in
 registers, Q's tile in shared memory by the producer's idle warps; no copies, the operands read once), else first
-split into K-major copies (gemm_split.py; every layout, A^T @ B and unaligned operands included);
+split into K-major copies (tf32x3.py; every layout, A^T @ B and unaligned operands included);
 enable_loop_unroll unrolls the TMA box loop (MN-major P) and the split kernel's loop (the k-step and
 epilogue loops index register arrays and are always unrolled); the other switches name SIMT/mma.sync code paths
-(coalescing, padding) that TMA and the swizzled layout replace.
+(coalescing, padding) that TMA and the swizzled layout replace. The launch plan: wgmma_plan.py.
 """
 from __future__ import annotations
 
@@ -38,9 +38,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from ...build import pipeline
-from ...run.plan import KernelLaunch, Plan, i32, i64, ptr, scalar
 from ...target import Target
-from . import tf32x3 as gemm_split, wgmma_tiles
+from . import wgmma_tiles
 from .. import epilogue
 from ..base import cdiv
 
@@ -56,6 +55,10 @@ SPLIT_SIDE = 200                     # 3xTF32 is routed here from M N >= SPLIT_S
                                      # 12 (M + N) K bytes against 2 M N K flops (33 x 4097 x 1000: 0.56x SGEMM, SIMT 0.67x)
 INREG_SIDE = 48                      # the same for the split in the kernel (no copies): only 64-row tiles' padding
                                      # is lost (P @ V of attention, 512 x 64 per entry: 57, on wgmma)
+COPY_SIDE = 1024                     # 3xTF32 takes the copies from M N >= COPY_SIDE (M + N) where both run: their
+                                     # traffic is then small beside the math, and their SS k-loop has no fragment
+                                     # loads and splits (H100: 4096^3 1.14 vs 1.50 ms in the kernel, QKV 148 vs 176 us;
+                                     # out-proj 4096 x 768 x 768 67 vs 64, attention Q @ K^T 104 vs 63 us)
 CLUSTERS = (1, 2)                    # blocks per thread-block cluster (2: the Q tile multicast to a pair)
 MAP_BYTES = 256                      # two 128-byte tensor maps (P, Q) per block in the workspace; 3xTF32: two pairs
 UNITS = {False: "TF32 tensor cores (wgmma)", True: "TF32 tensor cores, 3 products (wgmma 3xTF32)",
@@ -187,9 +190,12 @@ def staging(problem, split: bool = False) -> bool:
 
 def epilogue_bytes(problem, consumers: int, qn: int, split: bool = False) -> int:
     """Shared memory past the maps a user epilogue takes: the staging of its runs, or (store_regs) two copies per
-    consumer warpgroup of its tile's per-column (qn) and per-row (64) operand values, loaded during the k-loop."""
-    if problem is None or not problem.epilogue:
+    consumer warpgroup of its tile's per-column (qn) and per-row (64) operand values, loaded during the k-loop; the
+    16-bit default store's window of 16 rows of 128 bytes per consumer warp (gemm_wgmma_epilogue.cuh.jinja)."""
+    if problem is None:
         return 0
+    if not problem.epilogue:
+        return consumers * 4 * 2048 if problem.dtype in HALVES and not split else 0
     if staging(problem, split):
         return staging_bytes(consumers, qn)
     kinds = epilogue.kinds_of(problem.epilogue)
@@ -246,8 +252,9 @@ def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
         raise ValueError(f"GEMM block_size={cfg.block_size} cannot run the wgmma kernel (a producer warpgroup and "
                          "1 or 2 consumer warpgroups): choose block_size 256 (one consumer) or 0 (two)")
     consumers = 1 if cfg.block_size == 256 else 2
-    pool = wgmma_tiles.SPLIT_BUILDS if split else wgmma_tiles.TF32_BUILDS
     half = problem.dtype in HALVES
+    pool = (wgmma_tiles.SPLIT_BUILDS if split else wgmma_tiles.HALF_BUILDS if half and not problem.epilogue
+            else wgmma_tiles.TF32_BUILDS)
     box = MN_BOX if half and not problem.trans_b else 8          # an MN-major Q: whole 64-element boxes
     pairs = [(c, q) for c, q in pool if (not cfg.block_size or c == consumers) and q % max(box, cfg.tile_size) == 0
              and (not cfg.tile_size or cfg.tile_size % box == 0)]
@@ -256,7 +263,9 @@ def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
                          f"K x N (instructions of whole {box}-element boxes): choose tile_size 0, 64 or 128")
     switches = {"split": split, "unroll": cfg.enable_loop_unroll, "opts": pipeline.compile_opts(cfg),
                 "bk": bk(problem.dtype)}
-    kinds = (True, False) if split and inreg_ok(problem) else (False,)
+    kinds = (False,)
+    if split and inreg_ok(problem):     # the split copies pay on wide products only (COPY_SIDE)
+        kinds = (False, True) if problem.m * problem.n >= COPY_SIDE * (problem.m + problem.n) else (True, False)
     found = []
     for i, kind in enumerate(kinds):    # 3xTF32: split in the kernel where it can, the copies as candidates
         made = [build(c, q, target, problem=problem, ni=cfg.tile_size if cfg.tile_size < q else 0, inreg=kind,
@@ -274,6 +283,8 @@ def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaChoice]:
                                                                            extra=extra, inreg=head.inreg)))
     if target.clusters and not half and not head.inreg:   # the Q tile multicast over a pair of blocks (no gain)
         found.append(dataclasses.replace(head, cluster=2))
+    if head.inreg and head.consumers == 1 and head.qn <= 64:     # three blocks per SM: more k-loops in flight
+        found.append(dataclasses.replace(head, per_sm=3, stages=stages_for(1, head.qn, True, target, 3, inreg=True)))
     return found
 
 
@@ -287,90 +298,3 @@ def build(consumers: int, qn: int, target: Target, split: bool, problem=None, in
     stages = stages_for(consumers, qn, split, target, per_sm,
                         epilogue_bytes(problem, consumers, qn, split and not inreg), inreg)
     return WgmmaChoice(consumers, qn, stages, split=split, per_sm=per_sm, inreg=inreg, **switches)
-
-
-def plan(problem, choice: WgmmaChoice, target: Target) -> Plan:
-    """One persistent launch over A, B, C and a workspace of one pair of tensor maps per block; 3xTF32 on copies
-    first splits A and B into the workspace (two launches) and the wgmma kernel reads the parts from there."""
-    copies = choice.copies
-    reason = why_not(problem, target, copies)
-    if reason:
-        raise ValueError(f"GEMM cannot run on the wgmma kernel: {reason}")
-    if choice.inreg and (not choice.split or not inreg_ok(problem) or choice.cluster != 1):
-        raise ValueError("GEMM 3xTF32 split in the kernel (inreg) reads float32 A and B by TMA as TF32 does (16-byte "
-                         "aligned rows, not A^T @ B), with cluster 1: use inreg=False (the split copies)")
-    if choice.split and choice.qn > SPLIT_MAX:
-        raise ValueError(f"GEMM 3xTF32 wgmma tiles are at most {SPLIT_MAX} wide (a k-tile's sum and the running "
-                         f"total in registers), not {choice.qn}: choose tile_size {SPLIT_MAX} or less")
-    p_is_a, p_kmajor = (True, True) if copies else layout(problem.trans_a, problem.trans_b, problem.dtype)
-    half = HALVES.get(problem.dtype)
-    q_kmajor = not half or problem.trans_b
-    if choice.bk != bk(problem.dtype):
-        raise ValueError(f"GEMM wgmma bk={choice.bk}: {problem.dtype} k-tiles are {bk(problem.dtype)} elements (128 "
-                         f"bytes): use bk={bk(problem.dtype)}")
-    if not q_kmajor and (choice.instr_n % MN_BOX or choice.cluster != 1):
-        raise ValueError(f"GEMM {problem.dtype} wgmma with B stored K x N reads it in boxes of {MN_BOX} columns: "
-                         f"the instruction's N ({choice.instr_n}) must be a multiple of {MN_BOX}, cluster 1")
-    if not (0 < choice.qn <= MAX_WIDTH and choice.qn % 8 == 0 and choice.instr_n % 8 == 0
-            and choice.qn % choice.instr_n == 0):
-        raise ValueError(f"GEMM wgmma qn={choice.qn} ni={choice.ni}: the tile width and each instruction's N must be "
-                         f"multiples of 8 up to {MAX_WIDTH}, the instruction's N dividing the tile width: choose "
-                         f"tile_size {choice.qn} or a smaller power of two")
-    if choice.per_sm not in (1, 2) or choice.per_sm == 2 and (choice.consumers != 1 or copies or choice.qn > 128):
-        raise ValueError(f"GEMM wgmma per_sm={choice.per_sm}: two blocks per SM need one consumer warpgroup, "
-                         "TF32 (or 3xTF32 split in the kernel) and a tile at most 128 wide (128 registers per "
-                         "thread): use per_sm=1")
-    if choice.cluster not in CLUSTERS or choice.group % choice.cluster or (choice.qn // choice.cluster) % 8:
-        raise ValueError(f"GEMM wgmma cluster={choice.cluster} group={choice.group} qn={choice.qn}: a cluster is one of "
-                         f"{CLUSTERS} blocks, dividing the tile-order band and splitting the tile width into parts of "
-                         "whole 8-row groups: use cluster=1")
-    if choice.cluster > 1 and not target.clusters:
-        raise ValueError(f"GEMM wgmma cluster={choice.cluster}: {target.arch} has no thread-block clusters: use cluster=1")
-    regs = {(2, 1): 232, (1, 1): 240, (1, 2): 216}[choice.consumers, choice.per_sm]
-    # float2 stores of C: only 3xTF32 takes unaligned C or odd batch strides (TF32 refuses them in why_not)
-    pairs = problem.aligned and (problem.batch == 1 or problem.stride_c % (8 if half else 4) == 0)
-    params = {
-        "scalar_t": "float", "unroll": choice.unroll, "PM": choice.pm, "QN": choice.qn, "STAGES": choice.stages,
-        "CONSUMERS": choice.consumers, "GROUP": choice.group, "SPLIT": choice.split, "P_IS_A": p_is_a,
-        "NI": choice.instr_n, "P_KMAJOR": p_kmajor, "P_REGS": not p_kmajor and not half or choice.inreg,
-        "INREG": choice.inreg,
-        "MIN_BLOCKS": choice.per_sm, "SETMAXNREG": True, "CONSUMER_REGS": regs, "BATCHED": problem.batch > 1,
-        "C_PAIRS": pairs, "CLUSTER": choice.cluster,
-    }
-    if half:
-        params.update({"ELEM": half[0], "Q_KMAJOR": q_kmajor})
-    epilogue.add(params, problem.epilogue, "float")
-    # 3xTF32 multiplies the K-major parts (P = A, Q = B^T) whatever the layout the operands are stored in
-    ops = "nt" if copies else ("t" if problem.trans_a else "n") + ("t" if problem.trans_b else "n")
-    name = (f"gemm_{half[1] if half else 'f32'}_{choice.label}_{ops}" + ("" if pairs else "_unaligned")
-            + ("_batched" if problem.batch > 1 else "") + epilogue.tag(problem.epilogue))
-    spec = pipeline.make_spec(TEMPLATE, "gemm_wgmma", name, params, choice.opts, arch_specific=True)
-    grid = choice.cluster * min(units(problem, choice), target.sm_count * choice.per_sm // choice.cluster)
-    maps = grid * MAP_BYTES * (2 if copies else 1)
-    scalars = (scalar("float32", problem.alpha), scalar("float32", problem.beta))
-    cl = (choice.cluster, 1, 1)
-    shared = smem_bytes(choice.consumers, choice.qn, choice.stages, choice.split,
-                        epilogue_bytes(problem, choice.consumers, choice.qn, copies), choice.inreg)
-    if shared > smem_limit(target, choice.per_sm):
-        raise ValueError(f"GEMM wgmma {choice.label} with an epilogue needs {shared} bytes of shared memory, more than "
-                         f"{target.arch} gives a block: take the choice the heuristic makes for the fused problem")
-    # a user epilogue's operands follow a, b, c (its arguments come last); the workspace follows them
-    operands = ("a", "b", "c", *epilogue.operand_names(problem.epilogue))
-    extra, ws = epilogue.args(problem.epilogue, 3), len(operands)
-    if not copies:
-        args = (ptr(0), ptr(1), ptr(2), ptr(ws), i32(problem.m), i32(problem.n), i32(problem.k), i32(problem.lda),
-                i32(problem.ldb), i32(problem.ldc), *scalars)
-        if problem.batch > 1:
-            args += (i64(problem.stride_a), i64(problem.stride_b), i64(problem.stride_c), i32(problem.batch))
-        launch = KernelLaunch(spec, (grid,), (choice.threads,), (*args, *extra), shared=shared, cluster=cl,
-                              units=UNITS[problem.dtype if half else choice.split])
-        return Plan((launch,), operands, workspace=maps, choice=choice.label)
-    lay = gemm_split.SplitLayout.of(problem, maps)
-    args = (ptr(ws, lay.p_hi), ptr(ws, lay.q_hi), ptr(2), ptr(ws), i32(problem.m), i32(problem.n), i32(problem.k),
-            i32(lay.ld), i32(lay.ld), i32(problem.ldc), *scalars)
-    if problem.batch > 1:
-        args += (i64(lay.stride_p), i64(lay.stride_q), i64(problem.stride_c), i32(problem.batch))
-    args += (i64(lay.lo_p), i64(lay.lo_q), *extra)
-    prep = gemm_split.launches(problem, lay, choice.unroll, choice.opts, ws)
-    launch = KernelLaunch(spec, (grid,), (choice.threads,), args, shared=shared, cluster=cl, units=UNITS[True])
-    return Plan((*prep, launch), operands, workspace=lay.end, choice=choice.label)

@@ -29,7 +29,7 @@ import numpy as np
 from ...run.plan import Plan, ptr
 from ...target import Target
 from ..base import cdiv
-from . import splitk, wgmma as gw, wgmma_tiles
+from . import splitk, wgmma as gw, wgmma_plan, wgmma_tiles
 from .problem import GemmProblem, retarget
 
 SPLITS = (2, 3, 4, 6, 8, 12, 16)
@@ -102,7 +102,7 @@ def plan(problem: GemmProblem, choice: SplitKChoice, target: Target) -> Plan:
     reason = why_not(problem, choice.splits)
     if reason:
         raise ValueError(f"GEMM {choice.label}: {reason}")
-    inner = gw.plan(sliced(problem, choice.splits), choice.inner, target)
+    inner = wgmma_plan.plan(sliced(problem, choice.splits), choice.inner, target)
     parts = cdiv(inner.workspace, ALIGN) * ALIGN      # the tensor maps first, then the partial products
     (launch,) = inner.launches
     launch = retarget(launch, (ptr(0), ptr(1), ptr(3, parts)), ptr(3))

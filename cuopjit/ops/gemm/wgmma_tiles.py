@@ -25,10 +25,16 @@ from __future__ import annotations
 # consumer up to 128 wide). 224 wide measured 0.74-0.78 of 128 x 256's rate everywhere and is left out.
 TF32_BUILDS = ((2, 256), (2, 192), (2, 160), (2, 128), (2, 96), (2, 64), (1, 128), (1, 96), (1, 64), (1, 256),
                (1, 192))
+# 16-bit without a user epilogue: also three consumer warpgroups (192-row tiles; 96 float32 sums a thread fit the 128
+# registers of a 512-thread block), as cuBLAS's 192 x 192 tiles: 4096 x 2304 x 768 in 264 tiles, two whole rounds of
+# 132 SMs (128 x 192: 384 tiles, 2.9 rounds). H100, with the store through shared memory (gemm_wgmma_epilogue):
+# 0.91x cuBLAS fp16 / bf16 there, where 128 x 192 with the old store ran 0.88 / 0.81x (benchmarks/gemm_half.py).
+HALF_BUILDS = ((3, 192), (3, 128), *TF32_BUILDS)
 SPLIT_BUILDS = ((2, 128), (2, 96), (2, 64), (1, 128), (1, 64))
 RATE = 3.0e6            # flops per us per SM of the 128 x 256 TF32 k-loop (398 TFLOP/s over 132 SMs)
 # k-loop rate of each (consumers, width, blocks per SM) against 128 x 256; 3xTF32: against its 128 x 128, per product
-REL = {(2, 256, 1): 1.0, (2, 192, 1): 0.9, (2, 160, 1): 0.86, (2, 128, 1): 0.85, (2, 96, 1): 0.72,
+REL = {(3, 192, 1): 1.0, (3, 128, 1): 0.9,       # 16-bit only (HALF_BUILDS)
+       (2, 256, 1): 1.0, (2, 192, 1): 0.9, (2, 160, 1): 0.86, (2, 128, 1): 0.85, (2, 96, 1): 0.72,
        (2, 64, 1): 0.52, (1, 128, 2): 0.75, (1, 96, 2): 0.66, (1, 64, 2): 0.5, (1, 256, 1): 0.86,
        (1, 192, 1): 0.8, (1, 128, 1): 0.7, (1, 64, 1): 0.5}
 REL_SPLIT = {(2, 128): 1.0, (2, 96): 0.9, (2, 64): 0.7, (1, 128): 0.7, (1, 64): 0.7}

@@ -73,3 +73,13 @@ def test_staged_builds_compile_for_sm90a_without_spills():
     specs = [_conv(p, **TF32, **({"tile_size": 64} if i == 3 else {})).spec for i, p in enumerate(problems)]
     assert all("_rt" in s.name for s in specs)
     compiles_without_spills(specs, "sm_90a")
+
+
+@pytest.mark.parametrize("c, hw, k", [(64, 56, 256), (128, 28, 512), (256, 14, 1024)])
+def test_a_pointwise_channels_last_layer_with_a_residual_runs_the_convolution(c, hw, k):
+    """TF32 1x1 channels_last layers (ResNet-50's expansions) with an output-shaped operand run the wgmma
+    convolution, which stages it by TMA during the k-loop; without one (and in 3xTF32) they stay on the GEMM."""
+    layer = P("float32", 32, c, hw, hw, k, 1, 1, x_nhwc=True, y_nhwc=True, epilogue=RESIDUAL)
+    assert "_rt1" in _conv(layer).spec.name and _conv(layer).spec.kernel == "conv2d_wgmma"
+    bn_relu = epilogue_key(parse_epilogue("relu(acc * scale + shift)"), {"scale": COL, "shift": COL})
+    assert _conv(dataclasses.replace(layer, epilogue=bn_relu)).spec.kernel == "gemm_wgmma"

@@ -102,11 +102,16 @@ def choices(problem: ConvProblem, cfg: ConfigSnapshot, target: Target) -> list:
 def _convolution_leads(problem: ConvProblem, cfg: ConfigSnapshot, target: Target, found: list, routed: list) -> bool:
     """Whether a pointwise channels_last layer runs a convolution kernel rather than the GEMM (H100, ResNet-50):
     TF32 where the GEMM's wgmma grid is under one wave and either the k-sliced implicit GEMM fills the GPU or the
-    reduction is long (C >= 1024: the channel-major wgmma convolution, 4-20% ahead); 3xTF32 unless the layer is
-    wide (K >= 1024: the GEMM's per-call operand split is cheap beside M N K there, 10-24% ahead)."""
+    reduction is long (C >= 1024: the channel-major wgmma convolution, 4-20% ahead), and where the wgmma
+    convolution brings an output-shaped epilogue operand (a residual) into shared memory by TMA during the k-loop
+    (the GEMM reads it after: 1x1 64->256 at 56² and 128->512 at 28², batch 32, + BN + ReLU + residual, 7-10%
+    ahead); 3xTF32 unless the layer is wide (K >= 1024: the GEMM's per-call operand split is cheap beside M N K
+    there, 10-24% ahead)."""
     tiles = gemm_route.lead_tiles(problem, routed[0])
     if cfg.precision == "3xtf32" and cfg.kernel_type != "simple":
         return not (problem.k >= 1024 and tiles)
+    if isinstance(found[0], conv2d_wgmma.WgmmaConvChoice) and found[0].rtiles and not found[0].split:
+        return True
     if not tiles or tiles >= target.sm_count:
         return False
     return (getattr(found[0], "split_k", 1) > 1 or tiles < FEW_TILES * target.sm_count

@@ -19,7 +19,7 @@ import pytest
 import cuopjit
 from cuopjit.build import pipeline
 from cuopjit.config import DEFAULT
-from cuopjit.ops.conv2d import boxes, implicit, plans as ck, wgmma as cw
+from cuopjit.ops.conv2d import boxes, implicit, plans as ck, wgmma as cw, wgmma_plan as cwp
 from cuopjit.ops.conv2d.problem import ConvChoice
 from cuopjit.recipes import placeholder
 from cuopjit.run import executor
@@ -89,12 +89,12 @@ def test_boxes_the_kernel_cannot_take_say_what_to_choose():
                               (dataclasses.replace(p, w=28, h=28), odd, "7x7x1 \\(QN 56\\)")):
         with pytest.raises(ValueError, match=rf"pixel box {text} takes whole output rows \(\d+ columns\) or an even "
                                              r"part of them, of a channels_last y only: choose tile_size 64 or 128"):
-            cw.plan(bad, choice, SM90)
+            cwp.plan(bad, choice, SM90)
     for bad in (dataclasses.replace(exact, qn=196), dataclasses.replace(exact, qn=208),
                 dataclasses.replace(exact, bw=14, bh=7, imgs=2), cw.build(2, 200, 7, SM90, split=True, bh=7, imgs=4)):
         with pytest.raises(ValueError, match=r"wgmma tile .*: choose tile_size .* and block_size 256 "
                                              r"\(one consumer\) or 0"):
-            cw.plan(p, bad, SM90)
+            cwp.plan(p, bad, SM90)
 
 
 @pytest.mark.parametrize("layer, shape", [

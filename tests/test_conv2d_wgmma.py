@@ -11,7 +11,7 @@ import pytest
 
 import cuopjit
 from cuopjit.build import pipeline
-from cuopjit.ops.conv2d import plans as ck, wgmma as cw
+from cuopjit.ops.conv2d import plans as ck, wgmma as cw, wgmma_plan as cwp
 from cuopjit.target import named
 
 from conftest import check_guards, compiles_without_spills, guarded, make_config
@@ -56,7 +56,7 @@ def test_layers_the_wgmma_kernel_cannot_take_stay_on_mma_sync_and_say_why(change
     assert "wgmma" not in _plan(problem, enable_tensor_core=True).launches[-1].units
     assert cw.why_not(SEED_LAYER, SM80) == "wgmma needs an sm_90 GPU, not sm_80"
     with pytest.raises(ValueError, match=f"Convolution2D cannot run on the wgmma kernel: .*{reason}"):
-        cw.plan(problem, cw.build(2, 128, 32, SM90, split=False), SM90)
+        cwp.plan(problem, cw.build(2, 128, 32, SM90, split=False), SM90)
 
 
 def test_strided_layers_read_their_pixels_through_the_maps_element_strides():
@@ -129,7 +129,7 @@ def test_a_build_the_kernel_cannot_take_says_what_to_choose():
     bad = dataclasses.replace(cw.build(2, 128, 32, SM90, split=True), qn=256)
     with pytest.raises(ValueError, match=r"wgmma tile 128x256 \(box 32\): choose tile_size 128 or 64 and "
                                          r"block_size 256 \(one consumer\) or 0"):
-        cw.plan(SEED_LAYER, bad, SM90)
+        cwp.plan(SEED_LAYER, bad, SM90)
 
 
 # --- GPU -----------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 
 from cuopjit.expr import epilogue_key, parse_epilogue
 from cuopjit.ops import epilogue
-from cuopjit.ops.conv2d import plans as ck, wgmma as cw
+from cuopjit.ops.conv2d import plans as ck, wgmma as cw, wgmma_plan as cwp
 from cuopjit.target import named
 
 from conftest import compiles_without_spills, make_config
@@ -63,7 +63,7 @@ def test_the_staged_tile_fits_beside_fewer_stages_or_not_at_all():
     assert cw.build(2, 256, 32, SM90, split=False, staged=True, rtiles=2).rtiles == 0
     bad = cw.build(2, 128, 32, SM90, split=False, staged=True, rtiles=1)
     with pytest.raises(ValueError, match="stages 1 epilogue operands by TMA, which this layer takes 0 of"):
-        cw.plan(dataclasses.replace(LAYER, w=55, epilogue=RESIDUAL), bad, SM90)
+        cwp.plan(dataclasses.replace(LAYER, w=55, epilogue=RESIDUAL), bad, SM90)
 
 
 def test_staged_builds_compile_for_sm90a_without_spills():
@@ -83,3 +83,9 @@ def test_a_pointwise_channels_last_layer_with_a_residual_runs_the_convolution(c,
     assert "_rt1" in _conv(layer).spec.name and _conv(layer).spec.kernel == "conv2d_wgmma"
     bn_relu = epilogue_key(parse_epilogue("relu(acc * scale + shift)"), {"scale": COL, "shift": COL})
     assert _conv(dataclasses.replace(layer, epilogue=bn_relu)).spec.kernel == "gemm_wgmma"
+
+
+def test_a_channels_last_residual_keeps_four_stages_beside_its_tile():
+    # 1x1 128 -> 512 at 28^2 channels_last: 128 x 112 pixels with 4 stages, not the 128 x 200 that leaves 2
+    name = _conv(P("float32", 32, 128, 28, 28, 512, 1, 1, x_nhwc=True, y_nhwc=True, epilogue=RESIDUAL)).spec.name
+    assert "_t128x112_" in name and "_s4_rt1" in name

@@ -63,7 +63,7 @@ from ...target import Target
 from .. import epilogue
 from ..base import HALF_DTYPES, cdiv, dtype_tag, scalar_t, storage_t, vector_width
 from ..gemm.plans import uses_tensor_cores
-from . import fold, gemm_route, implicit, splitk, wgmma as conv2d_wgmma
+from . import fold, gemm_route, implicit, splitk, wgmma as conv2d_wgmma, wgmma_plan as conv2d_wgmma_plan
 from .implicit import k_order
 from .problem import ConvChoice, ConvPlan, ConvProblem, problems
 from .shapes import TILES, why_not
@@ -181,7 +181,7 @@ def fused(problem: ConvProblem) -> tuple[tuple[str, ...], tuple, int]:
 def plan(problem: ConvProblem, choice, target: Target) -> Plan:
     """Operands x, weight, bias, y (bias unread without one); the implicit GEMM packs the weight into the workspace."""
     if isinstance(choice, conv2d_wgmma.WgmmaConvChoice):
-        return conv2d_wgmma.plan(problem, choice, target)
+        return conv2d_wgmma_plan.plan(problem, choice, target)
     if isinstance(choice, gemm_route.GemmRouteChoice):
         if not gemm_route.applies(problem):
             raise ValueError("Convolution2D runs as a GEMM only 1x1 layers of stride 1, no padding, one group, with "

@@ -53,19 +53,18 @@ import math
 from dataclasses import dataclass, replace
 
 from ...build import pipeline
-from ...run.plan import KernelLaunch, i32, i64, ptr
 from ...target import Target
 from .. import epilogue
-from ..base import HALF_DTYPES, cdiv, storage_t
+from ..base import HALF_DTYPES, cdiv
 from ..gemm.wgmma import Warpgroups, staging_bytes
 from .boxes import ONE_CONSUMER_QN, Box, box, candidates, count, score, waste
 from .fold import foldable, folded
 from . import fold as folding
-from .problem import ConvPlan
 
 TEMPLATE = "conv2d/conv2d_wgmma.cu.jinja"
 BK = 32
 MAX_STAGES = 6
+RTILE_STAGES = 4           # a build with staged residual tiles: first those keeping this many stages beside them
 MIN_WORK = 128             # TF32 runs here when out_channels * kh * kw >= this: each converted input value
                            # then feeds >= 256 flops (ResNet's 1x1 256 -> 64: 64, faster on mma.sync)
 LO_COPY_WORK = 512         # 3xTF32 with a lo copy of the input from this out_channels * kh * kw / strides
@@ -203,7 +202,8 @@ def residual_tiles(problem, split: bool) -> int:
 def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaConvChoice]:
     """The named or heuristic build first; with tile and block free, the other pixel boxes follow (boxes.py: the
     exact ones where y is channels_last and tile_size is free); boxes whose build keeps the epilogue's output-shaped
-    operands in shared memory before those that could not fit them."""
+    operands in shared memory before those that could not fit them, and of those (1x1 layers, channels_last y) the
+    ones that keep RTILE_STAGES stages beside them."""
     consumers = BLOCKS[cfg.block_size] if cfg.block_size else (1 if problem.k <= 64 else 2)
     widths = [q for q in WIDTHS[split] if not cfg.tile_size or q == cfg.tile_size]
     found = candidates(problem, widths, problem.y_nhwc and not cfg.tile_size,
@@ -222,7 +222,10 @@ def choices(problem, cfg, target: Target, split: bool) -> list[WgmmaConvChoice]:
     rtiles = residual_tiles(problem, split)
     builds = [build(consumers, b.qn, b.bw, target, staged=staged(problem), bh=b.bh, imgs=b.imgs, rtiles=rtiles,
                     **switches) for b in order]
-    builds.sort(key=lambda c: c.rtiles < rtiles)    # boxes that keep the residual in shared memory first
+    # boxes that keep the residual in shared memory first, of those the ones with 4 stages beside it (H100, 1x1
+    # 128->512 at 28² + residual, channels_last: 128 x 200 with 2 stages 62.1 us, 128 x 112 with 4 57.5 us)
+    deep = bool(rtiles) and problem.y_nhwc and problem.pointwise      # (measured on 1x1 channels_last layers)
+    builds.sort(key=lambda c: (c.rtiles < rtiles, deep and c.stages < RTILE_STAGES))
     return builds if free else builds[:1]
 
 
@@ -264,99 +267,3 @@ def fold_choices(problem, found: list[WgmmaConvChoice], target: Target) -> list[
                     if smem_bytes(c.consumers, c.qn, s, False, staged(problem)) + extra <= target.smem_per_block]
             smem += [replace(c, fold="smem", stages=fits[-1])] if fits else []
     return [replace(c, fold="view") for c in found] + smem
-
-
-def _check(problem, c: WgmmaConvChoice) -> None:
-    """The build's limits (the template's static_asserts), as one error saying what to choose."""
-    b, top = c.pixel_box, max(WIDTHS[c.split])
-    if (c.qn % 8 or not b.pixels <= c.qn < b.pixels + 8 or c.qn > top or c.bw * problem.sw > 256
-            or b.bh * problem.sh > 256 or c.imgs > 256 or c.imgs > 1 and (c.bw, b.bh) != (problem.ow, problem.oh)
-            or c.consumers not in (1, 2) or c.lo_copy and not c.split or c.lo_copy and problem.x_nhwc):
-        raise ValueError(f"Convolution2D wgmma tile {c.pm}x{c.qn} (box {c.bw}{', lo copy' if c.lo_copy else ''}): "
-                         f"choose tile_size {' or '.join(map(str, WIDTHS[c.split]))} and block_size 256 (one consumer) or 0")
-    if not b.nchw and (not problem.y_nhwc or c.bw != problem.ow and (c.bw % 2 or c.imgs > 1)):
-        raise ValueError(f"Convolution2D wgmma pixel box {c.bw}x{b.bh}x{c.imgs} (QN {c.qn}) takes whole output rows "
-                         f"({problem.ow} columns) or an even part of them, of a channels_last y only: choose "
-                         "tile_size 64 or 128")
-
-
-def plan(problem, choice: WgmmaConvChoice, target: Target) -> ConvPlan:
-    """Weight pack, NHWC conversion (NCHW input only) and the persistent wgmma launch; workspace: the maps, the
-    input copies, then the packed weight (problem.ConvPlan: an operator packs it once, into memory it keeps)."""
-    reason = why_not(problem, target, bool(choice.fold))
-    if reason:
-        raise ValueError(f"Convolution2D cannot run on the wgmma kernel: {reason}")
-    if choice.fold not in ("", "view", "smem") or choice.fold == "smem" and not folding.builds(
-            problem, choice.bw, choice.pixel_box.bh, choice.imgs):
-        raise ValueError(f"Convolution2D wgmma build {choice.label} folds the stem as {choice.fold!r}: use 'view', or "
-                         "'smem' with a box of one image whose input rows fit one TMA box (wgmma.fold_choices)")
-    p, c = folded(problem) if choice.fold else problem, choice
-    _check(p, c)
-    if c.rtiles and c.rtiles != residual_tiles(p, c.split):
-        raise ValueError(f"Convolution2D wgmma build {c.label} stages {c.rtiles} epilogue operands by TMA, which this "
-                         f"layer takes {residual_tiles(p, c.split)} of: build it for this layer (wgmma.choices)")
-    if c.split and p.dtype != "float32":
-        raise ValueError(f"Convolution2D precision='3xtf32' applies to float32; {p.dtype} runs on f16 / bf16 wgmma: "
-                         "leave precision='tf32'")
-    cp, eb, half = cpad(p), elem_bytes(p), p.dtype in HALF_DTYPES
-    grid = min(tiles(p, c), target.sm_count)
-    kt = folding.ktiles(problem, c.fold) if c.fold else p.kh       # weight rows per channel: k-tiles when folded
-    wsize = p.k * kt * p.kw * cp * eb
-    xsize = folding.copy_bytes(problem, eb) if c.fold else 0 if p.x_nhwc else p.n * p.h * p.w * cp * eb
-    offs, top = [], cdiv(grid * MAP_BYTES, 1024) * 1024
-    for size in (xsize, xsize if c.lo_copy else 0, wsize, wsize if c.split else 0):
-        offs.append(top)
-        top += cdiv(size, 1024) * 1024
-    operands = ("x", "weight", "bias", "y", *epilogue.operand_names(p.epilogue))   # then the workspace
-    ws = len(operands)
-    x_nhwc, x_lo, w_hi, w_lo = (ptr(ws, o) for o in offs)
-    if not c.split:
-        w_lo = w_hi
-    x_parts = (ptr(0),) if p.x_nhwc else (x_nhwc, x_lo) if c.lo_copy else (x_nhwc,)
-    window = {"KH": p.kh, "KW": p.kw, "SPLIT": c.split, "scalar_t": "float", "unroll": c.unroll,
-              **({"ELEM": storage_t(p.dtype)} if half else {})}
-    tag = f"{TAGS[p.dtype]}_k{p.kh}x{p.kw}" + ("" if half else "_3xtf32" if c.split else "_tf32")
-    wpack = pipeline.make_spec(TEMPLATE, "conv2d_wpack", f"conv2d_wpack_{tag}", {**window, "kernel": "wpack"},
-                              c.opts, arch_specific=True)
-    total = p.k * p.kh * p.kw * cp
-    launches = [KernelLaunch(wpack, (min(cdiv(total, 256), 1 << 20),), (256,),
-                             (ptr(1), w_hi, w_lo, i32(p.c), i32(cp), i64(total)),
-                             units="DRAM (weight pack)" if half else "FP32 cores (weight pack)")]
-    if c.fold:
-        launches = [folding.weight_launch(problem, c.fold, window, cp, w_hi, c.opts, TAGS[p.dtype]),
-                    folding.input_launch(problem, window, x_nhwc, c.opts, TAGS[p.dtype])]
-    elif not p.x_nhwc:
-        nhwc = pipeline.make_spec(TEMPLATE, "conv2d_nhwc", f"conv2d_nhwc_{tag}" + ("_locopy" if c.lo_copy else "")
-                                 + ("" if c.pad else "_nopad") + ("" if c.unroll else "_nounroll"),
-                                 {**window, "kernel": "nhwc", "PAD": 1 if c.pad else 0, "KH": 1, "KW": 1,
-                                  "LO_COPY": c.lo_copy}, c.opts, arch_specific=True)
-        launches.append(KernelLaunch(nhwc, (p.n * p.h, cdiv(p.w, 32), cp // 32), (256,),
-                                     (ptr(0), *x_parts, i32(p.c), i32(cp), i32(p.h), i32(p.w)),
-                                     units="DRAM (NCHW -> NHWC copy)"))
-    vec = 2 if c.coalesce and p.aligned and p.ow % 2 == 0 and not p.y_nhwc else 1
-    params = {**window, "kernel": "conv", "QN": c.qn, "BW": c.bw, "BH": c.pixel_box.bh, "IMGS": c.imgs,
-              "FULL_ROWS": p.y_nhwc and c.bw == p.ow, "STAGES": c.stages, "CONSUMERS": c.consumers,
-              "LO_COPY": c.lo_copy, "SH": p.sh, "SW": p.sw, "PH": p.ph, "PW": p.pw, "DH": p.dh, "DW": p.dw,
-              "bias": p.bias, "relu": p.relu, "VEC_OUT": vec, "CONSUMER_REGS": REGS[c.consumers],
-              "Y_NHWC": p.y_nhwc, "DEBIAS": DEBIAS if p.x_nhwc and not c.split and not half else 0,
-              "RTILES": tuple(i for i, kind in enumerate(epilogue.kinds_of(p.epilogue)) if kind == "full") if c.rtiles else (),
-              "YSTORE": y_by_tma(p, c)}
-    if c.fold:
-        at = 4 * 128 + (staging_bytes(c.consumers, c.qn) if staged(p) else 0)    # past the map scratch, staging
-        params.update(folding.params(problem, c.fold, c.bw, c.pixel_box.bh, at), KH=kt)
-    epilogue.add(params, p.epilogue, "float", staged=bool(c.rtiles))
-    span_c = p.c      # folded: the window's halves
-    name = (f"conv2d_{tag}_s{p.sh}x{p.sw}_p{p.ph}x{p.pw}" + (f"_d{p.dh}x{p.dw}" if (p.dh, p.dw) != (1, 1) else "")
-            + ("_bias" if p.bias else "") + ("_relu" if p.relu else "") + f"_{c.label}_v{vec}"
-            + ("_ytma" if params["YSTORE"] else "")
-            + (f"_f{params['FOLD_STEP']}x{params['FOLD_TAIL']}x{span_c}" if c.fold else "") + p.layout_tag
-            + epilogue.tag(p.epilogue))
-    spec = pipeline.make_spec(TEMPLATE, "conv2d_wgmma", name, params, c.opts, arch_specific=True)
-    args = (*x_parts, w_hi, w_lo, *((ptr(2),) if p.bias else ()), ptr(3), ptr(ws), i32(p.n), i32(cp),
-            i32(p.c if p.x_nhwc or c.fold else cp), i32(p.h), i32(p.w), i32(p.k), i32(p.oh), i32(p.ow),
-            *epilogue.args(p.epilogue, 4))
-    launches.append(KernelLaunch(spec, (grid,), (c.threads,), args,
-                                 shared=smem_bytes(c.consumers, c.qn, c.stages, c.split, staged(p), c.rtiles)
-                                 + (folding.extra_smem(problem, c.bw, c.pixel_box.bh) if c.fold == "smem" else 0),
-                                 units=UNITS[p.dtype] if half else UNITS[c.split]))
-    return ConvPlan(tuple(launches), operands, workspace=top, choice=c.label, pack_launches=1, packed_at=offs[2])

@@ -54,5 +54,7 @@ conv(2, 64, 12, 72, 3, two=True)           # two staged operands
 conv(34, 64, 7, 68, 3, nhwc=True)          # channels_last, whole 7x7 images
 conv(6, 32, 20, 64, 3, nhwc=True, tile=64) # channels_last 8x8 boxes cut at 20 columns, y stored by TMA
 conv(2, 32, 12, 40, 3, unaligned=True)     # the residual from global memory
+conv(6, 64, 28, 256, 1, nhwc=True)         # 1x1 channels_last: the convolution, not the GEMM, 4 stages beside it
+conv(3, 128, 14, 200, 1, nhwc=True)        # the same, a channel tile cut by the output, 588 pixels over whole rows
 cuopjit.synchronize()
 print("sanitize_conv_residual: ok")

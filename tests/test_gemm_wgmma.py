@@ -15,7 +15,7 @@ import cuopjit
 from cuopjit.run import executor
 from cuopjit.build import pipeline
 from cuopjit.config import DEFAULT, JITConfig
-from cuopjit.ops.gemm import matmul, plans as gk, wgmma as gw, wgmma_plan
+from cuopjit.ops.gemm import matmul, plans as gk, tf32x3, wgmma as gw, wgmma_plan
 from cuopjit.run.plan import i32, i64
 from cuopjit.prewarm import kernels_to_build, representative_plans
 from cuopjit.target import named
@@ -103,7 +103,7 @@ def test_3xtf32_splits_every_layout_into_the_workspace():
         assert main.spec.name.endswith("_3xtf32_nt_batched") and dict(main.spec.params)["P_KMAJOR"]
         assert (split_a.spec.name[-1], split_b.spec.name[-1]) == ("t" if ta else "n", "n" if tb else "t")
         assert split_a.grid == (4, 9, 1) and split_b.grid == (4, 5, 5)       # K 100 in tiles of 32; rows; entries
-        lay = gw.gemm_split.SplitLayout.of(problem, main.grid[0] * 2 * gw.MAP_BYTES)
+        lay = tf32x3.SplitLayout.of(problem, main.grid[0] * 2 * gw.MAP_BYTES)
         assert lay.ld == 100 and (lay.stride_p, lay.stride_q) == (0, 132 * 100)
         assert lay.end == lay.q_hi + 8 * 5 * 132 * 100 and lay.q_hi >= lay.p_hi + 8 * 260 * 100
         assert main.args[-2:] == (i64(260 * 100), i64(5 * 132 * 100)) and main.args[7] == i32(100)

@@ -6,9 +6,10 @@ default mode) in the same run (issue 27's table).
 
 Rows: torchvision ResNet-50 at batch 1 (backend option cuda_graphs) and at batch 32 in channels_last,
 MobileNet-V2 at batch 32 in channels_last, ViT-B/16 at batch 8, and nn.TransformerEncoderLayer(768, 12, 3072,
-batch_first=True) on 8 x 512 tokens; each in fp32 (TF32 off in torch and cuopjit) and TF32 (on in both),
+batch_first=True) on 8 x 512 tokens, as it is and with cuda_graphs (eager pays its host time either way: a
+host-bound row); each in fp32 (TF32 off in torch and cuopjit) and TF32 (on in both),
 random weights (seed 0), eval mode under torch.no_grad(). `--dtype bfloat16` / `float16` (precision "bf16" /
-"fp16") adds ResNet-50 batch 32 channels_last and the encoder layer with the model and input converted
+"fp16") adds ResNet-50 batch 32 channels_last and the encoder layer rows with the model and input converted
 (`.to(dtype)`), every side in that dtype (goal: cuopjit >= 1.2x eager bf16, issue 24); `float32` (the default)
 gives the fp32 / TF32 rows of --precision. Per row: cuopjit, eager and inductor are timed in
 alternating rounds (the order rotates each round: the H100's clock drifts within a run), CUDA events around
@@ -48,10 +49,11 @@ ROWS = [
     ("mobilenet_v2 b32 cl", "mobilenet_v2", 32, True, {}, {}, {}),
     ("vit_b_16 b8", "vit_b_16", 8, False, {}, {}, {}),
     ("encoder 8x512", "encoder", 8, False, {}, {"fp32": 1.1, "tf32": 1.2, "bf16": 1.2}, {"fp32": 1.0, "tf32": 1.0}),
+    ("encoder 8x512 graphs", "encoder", 8, False, {"cuda_graphs": True}, {"tf32": 1.2, "bf16": 1.2}, {}),
 ]
 PRECISIONS = ("fp32", "tf32")
 HALF_PRECISIONS = {"bfloat16": "bf16", "float16": "fp16"}   # --dtype -> precision (torch dtype of that name)
-HALF_ROWS = ("resnet50 b32 cl", "encoder 8x512")             # the rows run in 16 bits
+HALF_ROWS = ("resnet50 b32 cl", "encoder 8x512", "encoder 8x512 graphs")   # the rows run in 16 bits
 
 
 def build(kind: str, batch: int, channels_last: bool, dtype: str = "float32"):

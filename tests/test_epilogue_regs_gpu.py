@@ -118,30 +118,35 @@ def test_gemm_register_epilogue(rng, expr, mode, size, off_bias):
     assert err <= TOL[mode], f"{name}: relative error {err:.3g}"
 
 
-@pytest.mark.parametrize("consumers, qn, cluster", [(2, 40, 1), (2, 160, 1), (1, 96, 1), (2, 256, 1), (2, 128, 2)])
-def test_every_tile_width(rng, consumers, qn, cluster):
-    """Builds planned directly: the fragment's QN / 8 column blocks, the tile's vectors in shared memory; a cluster
-    of two (its rank past the last P-tile copies zeros and stores nothing)."""
+def _build_matches(rng, expr, consumers, qn, cluster):
+    """One wgmma build planned directly (`cluster` blocks per cluster) runs `expr` within TF32's tolerance."""
     m, n, k = 261, 524, 64
-    expr = EXPRS[1]
     a, w, bias, rows, b, r = _operands(rng, m, n, k)
     g = cuopjit.GemmFloat(trans_b=True)
     g.set_weight(cuopjit.tensor(w))
     g.set_epilogue(expr, **_bound(expr, b, r))
-    out, A = guarded((m, n)), cuopjit.tensor(a)
-    problem = g.problem(A, out, **_numbers(expr))
+    call, residual, out, old = _fused(rng, expr, (m, n))
+    A = cuopjit.tensor(a)
+    problem = g.problem(A, out, **call, **_numbers(expr))
     target = of_device(driver.current_ordinal())
     choice = dataclasses.replace(wgmma.build(consumers, qn, target, split=False, problem=problem), cluster=cluster)
     run = executor.load(wgmma_plan.plan(problem, choice, target), driver.current_ordinal(), DEFAULT)
-    run(g.bind(A, out, **_numbers(expr))[1], 0)
+    run(g.bind(A, out, **call, **_numbers(expr))[1], 0)
     check_guards(out)
     acc = a.astype(np.float64) @ w.T.astype(np.float64)
-    assert rel_error(out.to_numpy(), _reference(expr, acc, bias, rows, _numbers(expr))) <= TOL["tf32"]
+    assert rel_error(out.to_numpy(), _reference(expr, acc, bias, rows, _numbers(expr), residual, old)) <= TOL["tf32"]
 
 
-def test_batched(rng):
+@pytest.mark.parametrize("consumers, qn, cluster", [(2, 40, 1), (2, 160, 1), (1, 96, 1), (2, 256, 1), (2, 128, 2)])
+def test_every_tile_width(rng, consumers, qn, cluster):
+    """Builds planned directly: the fragment's QN / 8 column blocks, the tile's vectors in shared memory; a cluster
+    of two (its rank past the last P-tile copies zeros and stores nothing)."""
+    _build_matches(rng, EXPRS[1], consumers, qn, cluster)
+
+
+def _batched_matches(rng, expr):
+    """A batched A @ W^T with `expr` on the wgmma kernel (per-entry rows, a shared bias) within TF32's tolerance."""
     bsz, m, n, k = 3, 130, 72, 64
-    expr = "gelu(acc * s + bias) + t * rows"
     op = cuopjit.BatchMatMulFloat(trans_b=True)
     jit = cuopjit.JITBatchMatMulFloat(op)
     jit.set_jit_config(make_config(enable_tensor_core=True))
@@ -150,13 +155,18 @@ def test_batched(rng):
     bias = rng.standard_normal(n).astype(np.float32)
     rows = rng.standard_normal((bsz, m, 1)).astype(np.float32)
     op.set_epilogue(expr, bias=cuopjit.tensor(bias), rows=cuopjit.tensor(rows))
-    out = guarded((bsz, m, n))
-    jit.forward(cuopjit.tensor(a), cuopjit.tensor(w), out, **_numbers(expr))
+    call, residual, out, old = _fused(rng, expr, (bsz, m, n))
+    jit.forward(cuopjit.tensor(a), cuopjit.tensor(w), out, **call, **_numbers(expr))
     check_guards(out)
     name = jit.get_performance_profile().kernel_name
     assert "wgmma" in name and "_batched_e" in name, name
     acc = a.astype(np.float64) @ np.swapaxes(w, 1, 2).astype(np.float64)
-    assert rel_error(out.to_numpy(), _reference(expr, acc, bias, rows, _numbers(expr))) <= TOL["tf32"]
+    ref = _reference(expr, acc, bias, rows, _numbers(expr), residual, old)
+    assert rel_error(out.to_numpy(), ref) <= TOL["tf32"]
+
+
+def test_batched(rng):
+    _batched_matches(rng, "gelu(acc * s + bias) + t * rows")
 
 
 @pytest.mark.parametrize("expr", FULL_EXPRS)
@@ -188,41 +198,9 @@ def test_residual_and_c_in_registers(rng, expr, mode, size, off):
 def test_residual_every_tile_width(rng, consumers, qn, cluster):
     """The loads 4 column blocks ahead over each fragment: 5 blocks (a last set of one), 12, 16 (two blocks per SM),
     32, 16 in a cluster of two."""
-    m, n, k = 261, 524, 64
-    expr = FULL_EXPRS[2]
-    a, w, bias, rows, b, r = _operands(rng, m, n, k)
-    g = cuopjit.GemmFloat(trans_b=True)
-    g.set_weight(cuopjit.tensor(w))
-    g.set_epilogue(expr, **_bound(expr, b, r))
-    call, residual, out, old = _fused(rng, expr, (m, n))
-    A = cuopjit.tensor(a)
-    problem = g.problem(A, out, **call, **_numbers(expr))
-    target = of_device(driver.current_ordinal())
-    choice = dataclasses.replace(wgmma.build(consumers, qn, target, split=False, problem=problem), cluster=cluster)
-    run = executor.load(wgmma_plan.plan(problem, choice, target), driver.current_ordinal(), DEFAULT)
-    run(g.bind(A, out, **call, **_numbers(expr))[1], 0)
-    check_guards(out)
-    acc = a.astype(np.float64) @ w.T.astype(np.float64)
-    assert rel_error(out.to_numpy(), _reference(expr, acc, bias, rows, _numbers(expr), residual, old)) <= TOL["tf32"]
+    _build_matches(rng, FULL_EXPRS[2], consumers, qn, cluster)
 
 
 def test_batched_residual(rng):
     """Entry z's residual and c at z * stride_c, as its output."""
-    bsz, m, n, k = 3, 130, 72, 64
-    expr = FULL_EXPRS[2]
-    op = cuopjit.BatchMatMulFloat(trans_b=True)
-    jit = cuopjit.JITBatchMatMulFloat(op)
-    jit.set_jit_config(make_config(enable_tensor_core=True))
-    a = rng.standard_normal((bsz, m, k)).astype(np.float32)
-    w = rng.standard_normal((bsz, n, k)).astype(np.float32)
-    bias = rng.standard_normal(n).astype(np.float32)
-    rows = rng.standard_normal((bsz, m, 1)).astype(np.float32)
-    op.set_epilogue(expr, bias=cuopjit.tensor(bias), rows=cuopjit.tensor(rows))
-    call, residual, out, old = _fused(rng, expr, (bsz, m, n))
-    jit.forward(cuopjit.tensor(a), cuopjit.tensor(w), out, **call, **_numbers(expr))
-    check_guards(out)
-    name = jit.get_performance_profile().kernel_name
-    assert "wgmma" in name and "_batched_e" in name, name
-    acc = a.astype(np.float64) @ np.swapaxes(w, 1, 2).astype(np.float64)
-    ref = _reference(expr, acc, bias, rows, _numbers(expr), residual, old)
-    assert rel_error(out.to_numpy(), ref) <= TOL["tf32"]
+    _batched_matches(rng, FULL_EXPRS[2])

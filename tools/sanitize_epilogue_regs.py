@@ -21,6 +21,17 @@ def data(*shape):
     return rng.standard_normal(shape).astype(np.float32)
 
 
+def on_tensor_cores(jit, precision="tf32"):
+    """`jit` set to run TF32 (enable_tensor_core) or 3xTF32."""
+    cfg = cuopjit.JITConfig()
+    if precision == "tf32":
+        cfg.enable_tensor_core = True
+    else:
+        cfg.precision = "3xtf32"
+    jit.set_jit_config(cfg)
+    return jit
+
+
 for precision, (m, n, k), off in (("tf32", (197, 204, 72), True), ("tf32", (256, 520, 64), False),
                                   ("3xtf32", (520, 403, 129), False)):
     a, w, bias, rows = data(m, k), data(n, k), data(n), data(m, 1)
@@ -29,13 +40,7 @@ for precision, (m, n, k), off in (("tf32", (197, 204, 72), True), ("tf32", (256,
     op = cuopjit.GemmFloat(trans_b=True)
     op.set_weight(cuopjit.tensor(w))
     op.set_epilogue(EXPR, bias=b, rows=cuopjit.tensor(rows))
-    jit = cuopjit.JITGemmFloat(op)
-    cfg = cuopjit.JITConfig()
-    if precision == "tf32":
-        cfg.enable_tensor_core = True
-    else:
-        cfg.precision = "3xtf32"
-    jit.set_jit_config(cfg)
+    jit = on_tensor_cores(cuopjit.JITGemmFloat(op), precision)
     c = cuopjit.empty((m, n))
     jit.forward(cuopjit.tensor(a), c, s=0.5, t=2.0)
     env = {"acc": a.astype(np.float64) @ w.T.astype(np.float64), "bias": bias.astype(np.float64),
@@ -45,10 +50,7 @@ for precision, (m, n, k), off in (("tf32", (197, 204, 72), True), ("tf32", (256,
 a, w, bias, rows = data(3, 130, 64), data(3, 72, 64), data(72), data(3, 130, 1)
 op = cuopjit.BatchMatMulFloat(trans_b=True)
 op.set_epilogue(EXPR, bias=cuopjit.tensor(bias), rows=cuopjit.tensor(rows))
-jit = cuopjit.JITBatchMatMulFloat(op)
-cfg = cuopjit.JITConfig()
-cfg.enable_tensor_core = True
-jit.set_jit_config(cfg)
+jit = on_tensor_cores(cuopjit.JITBatchMatMulFloat(op))
 c = cuopjit.empty((3, 130, 72))
 jit.forward(cuopjit.tensor(a), cuopjit.tensor(w), c, s=0.5, t=2.0)
 env = {"acc": a.astype(np.float64) @ np.swapaxes(w, 1, 2).astype(np.float64), "bias": bias.astype(np.float64),
@@ -73,13 +75,7 @@ for precision, (m, n, k), off in (("tf32", (197, 204, 72), False), ("tf32", (130
     op = cuopjit.GemmFloat(trans_b=True)
     op.set_weight(cuopjit.tensor(w))
     op.set_epilogue(RES, bias=cuopjit.tensor(bias), rows=cuopjit.tensor(rows))
-    jit = cuopjit.JITGemmFloat(op)
-    cfg = cuopjit.JITConfig()
-    if precision == "tf32":
-        cfg.enable_tensor_core = True
-    else:
-        cfg.precision = "3xtf32"
-    jit.set_jit_config(cfg)
+    jit = on_tensor_cores(cuopjit.JITGemmFloat(op), precision)
     c = cuopjit.tensor(old)
     jit.forward(cuopjit.tensor(a), c, residual=rt, t=2.0)
     env = {"acc": a.astype(np.float64) @ w.T.astype(np.float64), "bias": bias.astype(np.float64),
@@ -90,10 +86,7 @@ a, w, bias, rows, old = data(3, 130, 64), data(3, 72, 64), data(72), data(3, 130
 r, rt = residual((3, 130, 72), False)
 op = cuopjit.BatchMatMulFloat(trans_b=True)
 op.set_epilogue(RES, bias=cuopjit.tensor(bias), rows=cuopjit.tensor(rows))
-jit = cuopjit.JITBatchMatMulFloat(op)
-cfg = cuopjit.JITConfig()
-cfg.enable_tensor_core = True
-jit.set_jit_config(cfg)
+jit = on_tensor_cores(cuopjit.JITBatchMatMulFloat(op))
 c = cuopjit.tensor(old)
 jit.forward(cuopjit.tensor(a), cuopjit.tensor(w), c, residual=rt, t=2.0)
 env = {"acc": a.astype(np.float64) @ np.swapaxes(w, 1, 2).astype(np.float64), "bias": bias.astype(np.float64),

@@ -14,12 +14,11 @@ import pytest
 
 import cuopjit
 from cuopjit.build import pipeline
-from cuopjit.config import DEFAULT
 from cuopjit.ops.gemm import plans as gk, wgmma as gw, wgmma_plan
-from cuopjit.run import executor
 from cuopjit.target import named
 
 from conftest import check_guards, compiles_without_spills, guarded, make_config
+from test_gemm_wgmma import _run_batched
 
 SM90 = named("sm_90")
 LAYOUTS = [(False, True), (False, False), (True, True)]
@@ -123,30 +122,12 @@ def test_kernel_split_builds_compile_without_spills():
 # --- GPU ------------------------------------------------------------------------------------------
 
 def _run(rng, problem, choice):
-    """Run `problem` on `choice` (planned directly) on fresh operands, C poisoned, each entry against float64 with
-    u (|alpha| |op(A)| |op(B)| + |beta| |C0|), u = (K + 16) float32 roundings; the kernel's name."""
-    p = problem
-    sa, sb = ((p.k, p.m) if p.trans_a else (p.m, p.k)), ((p.n, p.k) if p.trans_b else (p.k, p.n))
-    a = rng.standard_normal((p.batch if p.stride_a else 1, *sa)).astype(np.float32)
-    b = rng.standard_normal((p.batch if p.stride_b else 1, *sb)).astype(np.float32)
-    c0 = rng.standard_normal((p.batch, p.m, p.n)).astype(np.float32)
-    c = guarded([p.batch, p.m, p.n], np.float32, fill=c0 if p.beta else None)
-    target = cuopjit.target.of_device(0)
-    plan = gk.plan(p, choice, target)
-    at, bt = cuopjit.tensor(a), cuopjit.tensor(b)
-    executor.load(plan, 0, DEFAULT)((at.ptr, bt.ptr, c.ptr), 0)
-    check_guards(c)
-    out, name = c.to_numpy().astype(np.float64), plan.launches[-1].spec.name
-    assert "_3xtf32r_" in name and len(plan.launches) == 1, name
-    for z in range(p.batch):
-        x, y = a[z if p.stride_a else 0].astype(np.float64), b[z if p.stride_b else 0].astype(np.float64)
-        x, y = (x.T if p.trans_a else x), (y.T if p.trans_b else y)
-        ref = p.alpha * (x @ y) + p.beta * c0[z]
-        bound = (p.k + 16) * np.finfo(np.float32).eps * (abs(p.alpha) * (np.abs(x) @ np.abs(y))
-                                                          + abs(p.beta) * np.abs(c0[z]))
-        err = np.abs(out[z] - ref)
-        assert np.all(np.isfinite(out[z])) and np.all(err <= bound), \
-            f"{name} entry {z}: {int(np.sum(~(err <= bound)))} over the bound, worst by {np.nanmax(err - bound):.3g}"
+    """Run `problem` on `choice` (planned directly, one launch: no split copies) through test_gemm_wgmma's
+    _run_batched: fresh operands, C poisoned, each entry against float64 with u (|alpha| |op(A)| |op(B)| + |beta|
+    |C0|), u = (K + 16) float32 roundings; the kernel's name."""
+    assert len(gk.plan(problem, choice, cuopjit.target.of_device(0)).launches) == 1
+    name = _run_batched(rng, problem, choice)
+    assert "_3xtf32r_" in name, name
     return name
 
 

@@ -248,12 +248,18 @@ class _Ref:
 
     @classmethod
     def make(cls, family, dtype, *settings):
-        """kernels.make_operator's stand-in: the reference operator of `family` (any dtype)."""
+        """heads / kernels.make_operator's stand-in: the reference operator of `family` (any dtype)."""
         return {"conv2d": cls.Conv, "gemm": cls.Gemm, "matmul": cls.MatMul, "batchmatmul": cls.MatMul,
                 "softmax": cls.Softmax, "layernorm": cls.LayerNorm,
                 "maxpool2d": lambda *a: cls.Pool(*a, F.max_pool2d), "avgpool2d": lambda *a: cls.Pool(*a, F.avg_pool2d),
                 "globalavgpool2d": lambda: cls.Pool(1, 1, 1, 1, 0, 0, lambda x, *_: x.mean((2, 3), True)),
                 "elementwise": cls.Elementwise}[family](*settings)
+
+
+def reference_operators(monkeypatch) -> None:
+    """The backend's heads and elementwise tails built on _Ref's operators (CPU tensors)."""
+    monkeypatch.setattr(kernels, "make_operator", _Ref.make)
+    monkeypatch.setattr(heads, "make_operator", _Ref.make)
 
 
 class _RefAttention:
@@ -279,8 +285,7 @@ def _models():
 @pytest.mark.parametrize("name", ["block", "encoder", "unsupported", "resnet18"])
 def test_rewritten_graph_with_reference_operators_equals_eager(name, monkeypatch):
     _, model, x = next(m for m in _models() if m[0] == name)
-    monkeypatch.setattr(kernels, "make_operator", _Ref.make)
-    monkeypatch.setattr(heads, "make_operator", _Ref.make)
+    reference_operators(monkeypatch)
     monkeypatch.setattr(fused_attention, "Runner", _RefAttention)
     gm, ex = capture(model, x)
     p = fusion.plan(gm, ex, "cpu")

@@ -11,9 +11,9 @@ ct = pytest.importorskip("cuopjit.torch")
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from cuopjit.torch import backend, epilogues, fusion, heads, kernels  # noqa: E402
+from cuopjit.torch import backend, epilogues, fusion, heads  # noqa: E402
 from conftest import rel_error  # noqa: E402
-from test_torch_backend import Block, _Ref, capture  # noqa: E402
+from test_torch_backend import Block, capture, reference_operators  # noqa: E402
 
 
 class Mlp(nn.Module):
@@ -89,8 +89,7 @@ def test_attention_scores_take_the_softmax_scale_and_products_their_bias():
                          ids=["mlp", "block"])
 def test_graphs_with_epilogues_compute_what_eager_does(model, x, monkeypatch):
     model = model.eval()
-    monkeypatch.setattr(kernels, "make_operator", _Ref.make)
-    monkeypatch.setattr(heads, "make_operator", _Ref.make)
+    reference_operators(monkeypatch)
     gm, ex = capture(model, x)
     p = fusion.plan(gm, ex, "cpu")
     report = ct.report.new_report({})
@@ -111,8 +110,7 @@ def test_graphs_with_epilogues_compute_what_eager_does(model, x, monkeypatch):
 def test_prebuild_samples_are_the_forwards_the_kernels_will_run(monkeypatch):
     """Each kernel's samples plan its operators on the graph's shapes (a linear's as its [rows, k] GEMM, an
     epilogue's run-time operand as the operator reads it)."""
-    monkeypatch.setattr(kernels, "make_operator", _Ref.make)
-    monkeypatch.setattr(heads, "make_operator", _Ref.make)
+    reference_operators(monkeypatch)
     gm, ex = capture(Mlp().eval(), torch.randn(2, 5, 8))
     p = fusion.plan(gm, ex, "cpu")
     built = backend.rewrite(p, heads.Launch(), {"conv": False, "matmul": False}, ct.report.new_report({}))

@@ -17,9 +17,9 @@ ct = pytest.importorskip("cuopjit.torch")
 
 import torch.nn as nn  # noqa: E402
 
-from cuopjit.torch import backend, common, fused_attention, fusion, heads, kernels, support  # noqa: E402
+from cuopjit.torch import backend, common, fused_attention, fusion, heads, support  # noqa: E402
 from conftest import rel_error  # noqa: E402
-from test_torch_backend import Block, _Ref, _RefAttention, groups_of  # noqa: E402
+from test_torch_backend import Block, _RefAttention, groups_of, reference_operators  # noqa: E402
 from test_torch_epilogues import Mlp  # noqa: E402
 from torch_support import capture  # noqa: E402
 
@@ -84,8 +84,7 @@ def test_autocast_graphs_keep_their_mixed_nodes_on_torch_and_say_so():
 
 # --- the rewritten graph with reference operators (CPU) ------------------------------------------------------
 def _rewritten(model, x, monkeypatch, check=None):
-    monkeypatch.setattr(kernels, "make_operator", _Ref.make)
-    monkeypatch.setattr(heads, "make_operator", _Ref.make)
+    reference_operators(monkeypatch)
     monkeypatch.setattr(fused_attention, "Runner", _RefAttention)
     gm, ex = capture(model, x)
     p = fusion.plan(gm, ex, "cpu")
